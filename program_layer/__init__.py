@@ -1,0 +1,1 @@
+"""AgentServeSim's program layer: PCB, Program Orchestrator, Dispatch and Retention Planes."""
