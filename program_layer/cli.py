@@ -1,0 +1,65 @@
+"""``agentservesim`` command line.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``main(args) -> int``; this file only wires them. A :class:`SimError` anywhere becomes one
+line on stderr and exit status 2 (never a traceback for bad input).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from llmservingsim.errors import SimError
+
+# name -> (module, help). Modules are imported lazily so `agentservesim run` stays fast.
+SUBCOMMANDS = {
+    "run": ("program_layer.commands.run_cmd", "simulate one config (no arguments: the shipped example)"),
+    "validate": ("program_layer.commands.validate_cmd", "simulate a real vLLM run's workload and compare"),
+    "export-chakra": ("program_layer.commands.export_chakra_cmd", "write the first engine steps as Chakra ET graphs"),
+    "workload": ("program_layer.workloads.cli", "generate or import workloads"),
+    "cells": ("program_layer.commands.cells_cmd", "list the paper's experiment cells shipped under examples/"),
+    "sweep": ("program_layer.sweep.cli", "design-space sweep over config axes"),
+    "plot": ("program_layer.sweep.plot_cmd", "render a run folder's plots"),
+    "search": ("program_layer.search.cli", "LLM-driven policy search with OpenEvolve"),
+    "evaluate-policy": ("program_layer.search.evaluate_cmd", "score one policy against its seed on a cell"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentservesim", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        p.set_defaults(_module=module)
+        try:
+            importlib.import_module(module).add_arguments(p)
+        except ModuleNotFoundError as exc:  # a subcommand whose module is not built yet
+            if exc.name and exc.name.startswith("program_layer"):
+                p.set_defaults(_missing=str(exc))
+            else:
+                raise
+    return parser
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        argv = ["run"]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_missing", None):
+        print(f"agentservesim {args.command}: not available ({args._missing})", file=sys.stderr)
+        return 2
+    try:
+        return int(importlib.import_module(args._module).main(args) or 0)
+    except SimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
