@@ -1,0 +1,327 @@
+"""Device descriptions: what a GPU is, how its tensor-parallel group talks, what it draws.
+
+A device is one YAML file ``hardware/<NAME>.yaml`` (format and sources policy in
+``hardware/README.md``). It names an ASTRA-Sim network YAML for the node's intra-node group and
+an ASTRA-Sim system JSON; both are loaded and checked here, once, so that a bad file stops the
+run at load time with the file and key in the message instead of deep inside a simulation.
+
+Invariants of a loaded :class:`Device`:
+- every required key is present with the right type, and no unknown key is;
+- ``0 <= idle_w <= standby_w <= active_w``; every size, bandwidth and rate is positive;
+- the network file has exactly one dimension (the intra-node group) whose ``npus_count`` equals
+  ``gpus_per_node``; the group of a TP degree ``n`` is the same dimension with ``n`` NPUs;
+- the system file's ``local-mem-bw`` and ``peak-perf`` equal the device's
+  ``memory_bandwidth_gbs`` and ``peak_bf16_tflops`` (one number, one place: the YAML carries the
+  source comment, the JSON only repeats it for ASTRA-Sim).
+
+:func:`ring_allreduce_ns` is ASTRA-Sim's congestion-unaware ring all-reduce in closed form
+(``shared/reference/formats.md`` §2); it stands in for the system simulator until the astrasim
+package is wired in, and it is how the network bandwidths were fitted to measured NCCL figures.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+from math import floor
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from llmservingsim.errors import ConfigError, ProfileError
+from llmservingsim.paths import hardware_dir
+
+# ASTRA-Sim converts a network bandwidth in "GB/s" as bw * 2^30 / 1e9 bytes per ns.
+_GIB_PER_GB = Fraction(2 ** 30, 10 ** 9)
+# Link traversals per message: ring neighbours and fully-connected peers are one hop away,
+# a switch puts two links (NPU -> switch -> NPU) on every path.
+HOPS = {"Ring": 1, "FullyConnected": 1, "Switch": 2}
+
+_FLOAT, _INT, _STR = "number", "integer", "string"
+_DEVICE_KEYS = {
+    "name": _STR, "gpu": _STR, "memory_gib": _FLOAT, "memory_bandwidth_gbs": _FLOAT,
+    "peak_bf16_tflops": _FLOAT, "power": "mapping", "gpus_per_node": _INT,
+    "interconnect": _STR, "network": _STR, "system": _STR, "nccl_allreduce_busbw_gbs": _FLOAT,
+}
+_POWER_KEYS = ("idle_w", "standby_w", "active_w")
+_NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
+_SYSTEM_KEYS = {
+    "scheduling-policy": _STR, "endpoint-delay": _INT, "active-chunks-per-dimension": _INT,
+    "preferred-dataset-splits": _INT, "all-reduce-implementation": "list",
+    "all-gather-implementation": "list", "reduce-scatter-implementation": "list",
+    "all-to-all-implementation": "list", "collective-optimization": _STR,
+    "local-mem-bw": _FLOAT, "peak-perf": _FLOAT, "roofline-enabled": _INT,
+}
+
+
+@dataclass(frozen=True)
+class PowerSpec:
+    """Board power in watts per GPU. idle: powered, nothing loaded; standby: model loaded,
+    engine idle between steps; active: running steps. Invariant 0 <= idle <= standby <= active."""
+    idle_w: float
+    standby_w: float
+    active_w: float
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU type as ``hardware/<name>.yaml`` describes it (see the module docstring for the
+    invariants). ``network`` and ``system`` are the paths as written in the YAML (relative to
+    its folder); the parsed files are held privately and handed out as fresh copies."""
+    name: str
+    gpu: str
+    memory_gib: float
+    memory_bandwidth_gbs: float
+    peak_bf16_tflops: float
+    power: PowerSpec
+    gpus_per_node: int
+    interconnect: str
+    network: str
+    system: str
+    nccl_allreduce_busbw_gbs: float
+    path: Path
+    _network: Mapping[str, tuple] = field(repr=False, compare=False, default_factory=dict)
+    _system: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def network_path(self) -> Path:
+        return self.path.parent / self.network
+
+    @property
+    def system_path(self) -> Path:
+        return self.path.parent / self.system
+
+    def network_for_tp(self, n: int) -> dict:
+        """ASTRA-Sim network config for a TP group of ``n`` GPUs on one node: the device's
+        intra-node dimension with ``npus_count`` set to ``n``. Raises ConfigError unless
+        ``1 <= n <= gpus_per_node``."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.gpus_per_node:
+            raise ConfigError(
+                f"device {self.name} has {self.gpus_per_node} GPUs per node; a tensor-parallel "
+                f"group of {n!r} GPUs does not fit in one node", file=str(self.path),
+                key="gpus_per_node")
+        net = {k: list(v) for k, v in self._network.items()}
+        net["npus_count"] = [n]
+        return net
+
+    def network_yaml_for_tp(self, n: int) -> str:
+        """:meth:`network_for_tp` rendered as an ASTRA-Sim network YAML text."""
+        net = self.network_for_tp(n)
+        return "".join(f"{k}: [ {', '.join(str(v) for v in net[k])} ]\n" for k in _NETWORK_KEYS)
+
+    def system_config(self) -> dict:
+        """The ASTRA-Sim system JSON as a dict (a fresh deep copy each call)."""
+        return copy.deepcopy(dict(self._system))
+
+    def allreduce_ns(self, size_bytes: int, n: int) -> int:
+        """Time of an ``n``-GPU ring all-reduce of ``size_bytes`` on this device's network and
+        system configuration (congestion-unaware closed form, see :func:`ring_allreduce_ns`)."""
+        net = self.network_for_tp(n)
+        return ring_allreduce_ns(
+            size_bytes, n, net["bandwidth"][0], net["latency"][0], HOPS[net["topology"][0]],
+            self._system["endpoint-delay"], self._system["local-mem-bw"],
+            self._system["preferred-dataset-splits"])
+
+
+@lru_cache(maxsize=4096)
+def ring_allreduce_ns(size_bytes: int, n: int, bandwidth_gbs: float, latency_ns: float,
+                      hops: int, endpoint_delay_ns: float, local_mem_bw_gbs: float,
+                      splits: int = 1) -> int:
+    """ASTRA-Sim congestion-unaware ring all-reduce time in ns (one active chunk, one queue):
+
+        T = splits * [ 2(n-1) * floor(hops*L + m/B) + (n-1) * 3 * floor(m/M) + (2n-1) * E ]
+
+    with m = S / splits / n, B = bandwidth_gbs * 2^30 / 1e9 bytes/ns, M = local_mem_bw_gbs
+    (decimal GB/s = bytes/ns), L = latency_ns, E = endpoint_delay_ns. Evaluated in exact
+    rational arithmetic on the given inputs, so the floors never suffer float rounding.
+    A group of one GPU does not communicate: n == 1 gives 0.
+    Example (formats.md §2): 2 NPUs, 16 MiB, Ring 100 GB/s, 1000 ns, splits 1, E 10,
+    M 1600 -> 174,006 ns.
+    """
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
+        raise ValueError(f"size_bytes must be a non-negative int, got {size_bytes!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if not isinstance(splits, int) or splits < 1:
+        raise ValueError(f"splits must be a positive int, got {splits!r}")
+    if bandwidth_gbs <= 0 or local_mem_bw_gbs <= 0 or latency_ns < 0 or endpoint_delay_ns < 0:
+        raise ValueError("bandwidth and local-mem-bw must be > 0, latency and endpoint delay >= 0")
+    if n == 1:
+        return 0
+    m = Fraction(size_bytes, splits * n)
+    link = Fraction(bandwidth_gbs) * _GIB_PER_GB
+    per_step = floor(hops * Fraction(latency_ns) + m / link)
+    reduce_step = floor(m / Fraction(local_mem_bw_gbs))
+    total = (2 * (n - 1) * per_step + (n - 1) * 3 * reduce_step
+             + (2 * n - 1) * Fraction(endpoint_delay_ns))
+    return int(floor(splits * total))
+
+
+def allreduce_busbw_gbs(size_bytes: int, n: int, time_ns: int) -> float:
+    """NCCL's bus bandwidth of an all-reduce: (S / T) * 2(n-1)/n, in decimal GB/s."""
+    return size_bytes / time_ns * 2 * (n - 1) / n
+
+
+def fit_link_bandwidth_gbs(busbw_gbs: float, local_mem_bw_gbs: float) -> float:
+    """The network ``bandwidth`` (ASTRA-Sim GB/s) whose ring all-reduce reproduces a measured
+    large-message bus bandwidth, with zero latency and endpoint delay. For large S the closed
+    form gives busbw = 2 / (2/B + 3/M) for every n, so B = 1 / (1/busbw - 1.5/M) bytes/ns,
+    reported in ASTRA-Sim units (divided by 2^30/1e9)."""
+    inv = 1 / busbw_gbs - 1.5 / local_mem_bw_gbs
+    if inv <= 0:
+        raise ValueError("local-mem-bw too small to reach that bus bandwidth")
+    return 1 / inv / float(_GIB_PER_GB)
+
+
+# ---------------------------------------------------------------- loading
+
+def list_devices() -> list[str]:
+    """Names of the devices shipped in ``hardware/`` (file stems of ``*.yaml``), sorted."""
+    return sorted(p.stem for p in hardware_dir().glob("*.yaml"))
+
+
+def load_device(name_or_path: str) -> Device:
+    """Load a device by name (``hardware/<name>.yaml``) or by path to a YAML file.
+    Raises ProfileError naming the file and key for anything missing, unknown or ill-typed,
+    and listing the known devices for an unknown name."""
+    path = _resolve(str(name_or_path))
+    raw = _read_yaml(path)
+    return _build_device(raw, path)
+
+
+def _resolve(name_or_path: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or len(candidate.parts) > 1:
+        if not candidate.is_file():
+            raise ProfileError("device file not found", file=str(candidate))
+        return candidate
+    path = hardware_dir() / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(list_devices()) or "(none)"
+        raise ProfileError(f"unknown device '{name_or_path}'; known devices: {known}",
+                           file=str(hardware_dir()))
+    return path
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ProfileError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
+                           line=mark.line + 1 if mark else None) from None
+
+
+def _check(value: Any, kind: str, file: Path, key: str) -> Any:
+    """Return ``value`` if it has the expected kind, else raise ProfileError naming file/key."""
+    ok = {
+        _FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool),
+        _INT: isinstance(value, int) and not isinstance(value, bool),
+        _STR: isinstance(value, str) and value != "",
+        "mapping": isinstance(value, dict),
+        "list": isinstance(value, list) and len(value) > 0,
+    }[kind]
+    if not ok:
+        raise ProfileError(f"expected a {kind}, got {value!r}", file=str(file), key=key)
+    return float(value) if kind == _FLOAT else value
+
+
+def _check_keys(raw: Any, expected: Mapping | tuple, file: Path, prefix: str = "") -> None:
+    if not isinstance(raw, dict):
+        raise ProfileError("expected a mapping of keys", file=str(file), key=prefix or None)
+    for key in raw:
+        if key not in expected:
+            raise ProfileError(f"unknown key (expected: {', '.join(expected)})",
+                               file=str(file), key=f"{prefix}{key}")
+    for key in expected:
+        if key not in raw:
+            raise ProfileError("missing key", file=str(file), key=f"{prefix}{key}")
+
+
+def _positive(value: float, file: Path, key: str) -> float:
+    if value <= 0:
+        raise ProfileError(f"must be > 0, got {value!r}", file=str(file), key=key)
+    return value
+
+
+def _build_device(raw: Any, path: Path) -> Device:
+    _check_keys(raw, _DEVICE_KEYS, path)
+    v = {k: _check(raw[k], kind, path, k) for k, kind in _DEVICE_KEYS.items()}
+    if v["name"] != path.stem:
+        raise ProfileError(f"name '{v['name']}' must equal the file name '{path.stem}'",
+                           file=str(path), key="name")
+    for key in ("memory_gib", "memory_bandwidth_gbs", "peak_bf16_tflops",
+                "nccl_allreduce_busbw_gbs", "gpus_per_node"):
+        _positive(v[key], path, key)
+    power = _build_power(v["power"], path)
+    network = _load_network(path, v["network"], v["gpus_per_node"])
+    system = _load_system(path, v["system"], v["memory_bandwidth_gbs"], v["peak_bf16_tflops"])
+    return Device(name=v["name"], gpu=v["gpu"], memory_gib=v["memory_gib"],
+                  memory_bandwidth_gbs=v["memory_bandwidth_gbs"],
+                  peak_bf16_tflops=v["peak_bf16_tflops"], power=power,
+                  gpus_per_node=v["gpus_per_node"], interconnect=v["interconnect"],
+                  network=v["network"], system=v["system"],
+                  nccl_allreduce_busbw_gbs=v["nccl_allreduce_busbw_gbs"], path=path,
+                  _network=network, _system=system)
+
+
+def _build_power(raw: dict, path: Path) -> PowerSpec:
+    _check_keys(raw, _POWER_KEYS, path, prefix="power.")
+    w = {k: _check(raw[k], _FLOAT, path, f"power.{k}") for k in _POWER_KEYS}
+    if not 0 <= w["idle_w"] <= w["standby_w"] <= w["active_w"]:
+        raise ProfileError("power must satisfy 0 <= idle_w <= standby_w <= active_w, got "
+                           f"{w['idle_w']}, {w['standby_w']}, {w['active_w']}",
+                           file=str(path), key="power")
+    return PowerSpec(**w)
+
+
+def _load_network(device_path: Path, rel: str, gpus_per_node: int) -> dict:
+    file = device_path.parent / rel
+    if not file.is_file():
+        raise ProfileError(f"network file '{rel}' not found (looked in {file.parent})",
+                           file=str(device_path), key="network")
+    raw = _read_yaml(file)
+    _check_keys(raw, _NETWORK_KEYS, file)
+    for key in _NETWORK_KEYS:
+        if not isinstance(raw[key], list) or len(raw[key]) != 1:
+            raise ProfileError("expected a one-entry list (the intra-node dimension only)",
+                               file=str(file), key=key)
+    topo = raw["topology"][0]
+    if topo not in HOPS:
+        raise ProfileError(f"topology '{topo}' is not one of {', '.join(HOPS)}",
+                           file=str(file), key="topology")
+    npus = _check(raw["npus_count"][0], _INT, file, "npus_count")
+    if npus != gpus_per_node:
+        raise ProfileError(f"npus_count {npus} must equal the device's gpus_per_node "
+                           f"{gpus_per_node}", file=str(file), key="npus_count")
+    bw = _positive(_check(raw["bandwidth"][0], _FLOAT, file, "bandwidth"), file, "bandwidth")
+    lat = _check(raw["latency"][0], _FLOAT, file, "latency")
+    if lat < 0:
+        raise ProfileError(f"must be >= 0, got {lat!r}", file=str(file), key="latency")
+    return {"topology": (topo,), "npus_count": (npus,), "bandwidth": (bw,), "latency": (lat,)}
+
+
+def _load_system(device_path: Path, rel: str, mem_bw: float, peak: float) -> dict:
+    file = device_path.parent / rel
+    if not file.is_file():
+        raise ProfileError(f"system file '{rel}' not found (looked in {file.parent})",
+                           file=str(device_path), key="system")
+    try:
+        raw = json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"not valid JSON: {exc.msg}", file=str(file), line=exc.lineno) from None
+    _check_keys(raw, _SYSTEM_KEYS, file)
+    for key, kind in _SYSTEM_KEYS.items():
+        _check(raw[key], kind, file, key)
+    if raw["endpoint-delay"] < 0 or raw["preferred-dataset-splits"] < 1:
+        raise ProfileError("endpoint-delay must be >= 0 and preferred-dataset-splits >= 1",
+                           file=str(file), key="endpoint-delay")
+    for key, want, src in (("local-mem-bw", mem_bw, "memory_bandwidth_gbs"),
+                           ("peak-perf", peak, "peak_bf16_tflops")):
+        if float(raw[key]) != want:
+            raise ProfileError(f"{raw[key]} differs from the device's {src} {want} in "
+                               f"{device_path.name}", file=str(file), key=key)
+    return raw
