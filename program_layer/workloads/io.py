@@ -1,0 +1,128 @@
+"""Workload JSONL writing, reading, and summary statistics.
+
+``write_jsonl`` is deterministic: keys sorted, compact separators, one record per line, ``\\n``
+line ends, and integer-valued fields must already be ``int`` (a float where an int belongs is a
+bug upstream and raises instead of silently writing ``12.0``).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Iterable
+
+from llmservingsim.errors import WorkloadError
+
+LONG_TOOL_THRESHOLD_NS = 60 * 1_000_000_000  # "calls longer than one minute" (paper §1, TraceLab)
+
+# Fields that must be integers wherever they appear (top level or in a sub-request).
+_INT_FIELDS = frozenset({"input_toks", "output_toks", "arrival_time_ns", "tool_duration_ns",
+                         "reuse_prefix_toks", "hash_block_tokens"})
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
+    """Write ``records`` one per line (sorted keys, no spaces); return the number written."""
+    lines = [dumps_record(r) for r in records]
+    text = "".join(line + "\n" for line in lines)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+    return len(lines)
+
+
+def dumps_record(record: dict) -> str:
+    """One record as its canonical JSON line (sorted keys, compact, ints checked)."""
+    _check_ints(record)
+    for sub in record.get("sub_requests", ()):
+        _check_ints(sub)
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a workload JSONL file (programs or requests); blank lines are skipped.
+
+    Raises WorkloadError naming the file and line for unparseable JSON or a non-object line.
+    """
+    records: list[dict] = []
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read workload: {exc.strerror}", file=str(path)) from None
+    with fh:
+        for n, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"invalid JSON ({exc.msg})", file=str(path), line=n) from None
+            if not isinstance(obj, dict):
+                raise WorkloadError("each line must be a JSON object", file=str(path), line=n)
+            records.append(obj)
+    return records
+
+
+def workload_stats(records: list[dict]) -> dict:
+    """Summary of a workload: program statistics if records have ``sub_requests``, else request
+    statistics. Context tokens are per call (each prompt counts its whole context); a "tool call"
+    is every call except a program's last (each is followed by a tool gap)."""
+    if not records:
+        return {"kind": "empty", "records": 0}
+    if all("sub_requests" in r for r in records):
+        return _program_stats(records)
+    return _request_stats(records)
+
+
+def _program_stats(programs: list[dict]) -> dict:
+    calls = [c for p in programs for c in p["sub_requests"]]
+    per_program = [len(p["sub_requests"]) for p in programs]
+    gaps = [c["tool_duration_ns"] for p in programs for c in p["sub_requests"][:-1]]
+    names = sorted({c.get("tool_name", "") for c in calls} - {""})
+    long_gaps = [g for g in gaps if g > LONG_TOOL_THRESHOLD_NS]
+    tool_ns = sum(gaps)
+    arrivals = [p["arrival_time_ns"] for p in programs]
+    inputs = [c["input_toks"] for c in calls]
+    outputs = [c["output_toks"] for c in calls]
+    return {
+        "kind": "programs",
+        "programs": len(programs),
+        "calls": len(calls),
+        "median_calls_per_program": float(statistics.median(per_program)),
+        "mean_calls_per_program": round(len(calls) / len(programs), 3),
+        "max_calls_per_program": max(per_program),
+        "total_context_tokens": sum(inputs),
+        "mean_context_tokens": round(sum(inputs) / len(calls), 1),
+        "max_context_tokens": max(inputs),
+        "total_output_tokens": sum(outputs),
+        "median_output_tokens": float(statistics.median(outputs)),
+        "tool_calls": len(gaps),
+        "tool_time_s": round(tool_ns / 1e9, 3),
+        "long_tool_calls": len(long_gaps),
+        "long_tool_call_share": round(len(long_gaps) / len(gaps), 4) if gaps else 0.0,
+        "long_tool_time_share": round(sum(long_gaps) / tool_ns, 4) if tool_ns else 0.0,
+        "tool_names": names,
+        "tool_name_count": len(names),
+        "arrival_span_s": round((max(arrivals) - min(arrivals)) / 1e9, 3),
+    }
+
+
+def _request_stats(requests: list[dict]) -> dict:
+    arrivals = [r["arrival_time_ns"] for r in requests]
+    inputs = [r["input_toks"] for r in requests]
+    return {
+        "kind": "requests",
+        "requests": len(requests),
+        "total_input_tokens": sum(inputs),
+        "max_input_tokens": max(inputs),
+        "total_output_tokens": sum(r["output_toks"] for r in requests),
+        "hash_id_requests": sum(1 for r in requests if "hash_ids" in r),
+        "arrival_span_s": round((max(arrivals) - min(arrivals)) / 1e9, 3),
+    }
+
+
+def _check_ints(record: dict) -> None:
+    for key in _INT_FIELDS.intersection(record):
+        value = record[key]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"field {key!r} must be int, got {type(value).__name__} {value!r}")
