@@ -1,0 +1,163 @@
+"""Where cells run: in this process, on a local process pool, or on a Ray cluster.
+
+One small interface: ``Executor.run(fn, tasks)`` yields ``(position, result)`` pairs as tasks
+finish (any order); the caller sorts results back into grid order. ``fn`` is a module-level
+function that never raises (``cell_run.run_cell``); a failure of the executor itself (a
+worker process that died, a lost Ray node) is yielded as an ``ExecutorFailure`` for that task
+instead, so one broken cell never hides the others.
+
+Heavy imports (ray) happen only when a Ray executor is created.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from abc import ABC, abstractmethod
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from llmservingsim.errors import ConfigError
+
+RAY_INSTALL_HINT = ("the Ray executor needs Ray, which is not installed; install it with "
+                    "`pip install 'agentservesim[ray]'` (or `pip install ray`), or use --executor local")
+
+
+@dataclass(frozen=True)
+class ExecutorFailure:
+    """The executor could not run a task (not the task's own error)."""
+
+    message: str
+
+
+class Executor(ABC):
+    """Runs ``fn(task)`` for each task; yields ``(position, result)`` as each finishes."""
+
+    name = "executor"
+
+    @abstractmethod
+    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        ...
+
+    def close(self) -> None:
+        """Release workers (idempotent)."""
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SerialExecutor(Executor):
+    """Runs tasks one after another in this process (debugging, tests, one-core machines)."""
+
+    name = "serial"
+
+    def run(self, fn, tasks):
+        for position, task in enumerate(tasks):
+            yield position, fn(task)
+
+
+class LocalExecutor(Executor):
+    """A ``concurrent.futures`` process pool with the spawn start method.
+
+    Spawn (not fork) so workers start clean on every platform and never inherit a parent's
+    threads or locks; the task function and its arguments must therefore be picklable.
+    """
+
+    name = "local"
+
+    def __init__(self, workers: int | None = None):
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def run(self, fn, tasks):
+        if not tasks:
+            return
+        self._pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)),
+                                         mp_context=multiprocessing.get_context("spawn"))
+        futures = {self._pool.submit(fn, task): position for position, task in enumerate(tasks)}
+        pending = set(futures)
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(finished, key=futures.__getitem__):
+                    try:
+                        result = future.result()
+                    except Exception as exc:  # BrokenProcessPool, unpicklable result, ...
+                        result = ExecutorFailure(f"worker failed: {type(exc).__name__}: {exc}")
+                    yield futures[future], result
+        finally:
+            for future in pending:
+                future.cancel()
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class RayExecutor(Executor):
+    """Ray tasks (one CPU each) on a cluster at ``address`` or a local instance.
+
+    If Ray is already initialised in this process (e.g. by a test or a notebook) that
+    connection is used and left open; otherwise one is started here and shut down on close.
+    The sweep's output folder must be on a filesystem every Ray node can write.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, workers: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError(RAY_INSTALL_HINT) from None
+        self._ray = ray
+        self._owns = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address:
+                kwargs["address"] = address
+            elif workers:
+                kwargs["num_cpus"] = workers
+            try:
+                ray.init(**kwargs)
+            except Exception as exc:  # a wrong address, a cluster that is not up
+                raise ConfigError(f"cannot start or reach Ray ({address or 'local'}): {exc}",
+                                  key="--ray-address" if address else None) from None
+            self._owns = True
+
+    def run(self, fn, tasks):
+        ray = self._ray
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        refs = {remote.remote(task): position for position, task in enumerate(tasks)}
+        pending = list(refs)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    try:
+                        result = ray.get(ref)
+                    except Exception as exc:  # worker crash, lost node
+                        result = ExecutorFailure(f"Ray task failed: {type(exc).__name__}: {exc}")
+                    yield refs[ref], result
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+
+    def close(self):
+        if self._owns:
+            self._ray.shutdown()
+            self._owns = False
+
+
+def make_executor(kind: str, *, workers: int | None = None, ray_address: str | None = None) -> Executor:
+    """The executor named on the command line: 'local' (default), 'ray' or 'serial'."""
+    if kind == "local":
+        return LocalExecutor(workers)
+    if kind == "ray":
+        return RayExecutor(ray_address, workers)
+    if kind == "serial":
+        return SerialExecutor()
+    raise ConfigError(f"unknown executor '{kind}' (local, ray, serial)", key="--executor")

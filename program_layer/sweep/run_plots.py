@@ -1,0 +1,127 @@
+"""Plots of one run folder (``agentservesim plot RUN_DIR``), written to ``RUN_DIR/plots/``:
+
+  jct_cdf.png         CDF of program JCT (programs.csv; request latency from calls.csv when the
+                      run has no programs)
+  throughput.png      prompt and generation tokens/s over simulated time, all instances summed
+  kv_utilization.png  KV-cache utilisation over time, one line per instance
+  queues.png          running and waiting sequences over time, all instances summed
+
+Inputs are the run's CSV files only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from llmservingsim.errors import ConfigError
+from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, new_figure, read_columns, save,
+                                         sum_by_time)
+
+RUN_PLOTS = ("jct_cdf.png", "throughput.png", "kv_utilization.png", "queues.png")
+
+
+def render_run_plots(run_dir: str | Path, out_dir: str | Path | None = None, *, title: str | None = None) -> list[Path]:
+    """Render the four plots of one run; returns the PNG paths. Missing files -> ConfigError."""
+    run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir else run_dir / "plots"
+    title = title or run_dir.name
+    for name in ("timeseries.csv",):
+        if not (run_dir / name).is_file():
+            raise ConfigError(f"not a run folder: {name} is missing", file=str(run_dir))
+    try:
+        ts = read_columns(run_dir / "timeseries.csv",
+                          ["time_s", "instance", "running", "waiting", "kv_utilization",
+                           "prompt_tokens_per_s", "generation_tokens_per_s"])
+        values, what = run_latencies(run_dir)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0]), file=str(run_dir)) from None
+    return [
+        _jct_cdf(values, what, title, out_dir / RUN_PLOTS[0]),
+        _throughput(ts, title, out_dir / RUN_PLOTS[1]),
+        _kv(ts, title, out_dir / RUN_PLOTS[2]),
+        _queues(ts, title, out_dir / RUN_PLOTS[3]),
+    ]
+
+
+def run_latencies(run_dir: Path) -> tuple[np.ndarray, str]:
+    """Program JCTs, or per-call end-to-end latencies when the run had no programs."""
+    if (run_dir / "programs.csv").is_file():
+        jct = read_columns(run_dir / "programs.csv", ["jct_s"])["jct_s"]
+        if jct.size:
+            return jct, "program JCT"
+    if (run_dir / "calls.csv").is_file():
+        return read_columns(run_dir / "calls.csv", ["e2e_s"])["e2e_s"], "request latency"
+    return np.array([]), "program JCT"
+
+
+def _jct_cdf(values: np.ndarray, what: str, title: str, path: Path) -> Path:
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    x, y = ecdf(values)
+    if x.size:
+        ax.step(x, y, where="post", label=f"{what} (n={x.size}, mean {x.mean():.1f} s)")
+        ax.legend(loc="lower right")
+    else:
+        empty_note(ax, "no completed programs")
+    ax.set_xlabel(f"{what} (s)")
+    ax.set_ylabel("fraction of completed (CDF)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{what} CDF - {title}")
+    ax.grid(alpha=0.3)
+    return save(fig, path)
+
+
+def _throughput(ts: dict, title: str, path: Path) -> Path:
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    if ts["time_s"].size:
+        t, prompt = sum_by_time(ts["time_s"], ts["prompt_tokens_per_s"])
+        _, gen = sum_by_time(ts["time_s"], ts["generation_tokens_per_s"])
+        ax.plot(t, prompt, label="prompt (prefill) tokens/s", lw=1)
+        ax.plot(t, gen, label="generation (decode) tokens/s", lw=1)
+        ax.legend(loc="upper right")
+    else:
+        empty_note(ax, "empty timeseries")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("throughput (tokens/s)")
+    ax.set_title(f"Throughput, all instances - {title}")
+    ax.grid(alpha=0.3)
+    return save(fig, path)
+
+
+def _kv(ts: dict, title: str, path: Path) -> Path:
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    util = as_percent(ts["kv_utilization"])
+    for instance in np.unique(ts["instance"]):
+        mask = ts["instance"] == instance
+        ax.plot(ts["time_s"][mask], util[mask], lw=1, label=f"instance {int(instance)}")
+    if ts["time_s"].size:
+        ax.legend(loc="upper right")
+    else:
+        empty_note(ax, "empty timeseries")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("KV-cache utilisation (%)")
+    ax.set_ylim(0, 105)
+    ax.set_title(f"KV-cache utilisation - {title}")
+    ax.grid(alpha=0.3)
+    return save(fig, path)
+
+
+def _queues(ts: dict, title: str, path: Path) -> Path:
+    fig, axes = new_figure()
+    ax = axes[0, 0]
+    if ts["time_s"].size:
+        t, running = sum_by_time(ts["time_s"], ts["running"])
+        _, waiting = sum_by_time(ts["time_s"], ts["waiting"])
+        ax.plot(t, running, label="running", lw=1)
+        ax.plot(t, waiting, label="waiting", lw=1)
+        ax.legend(loc="upper right")
+    else:
+        empty_note(ax, "empty timeseries")
+    ax.set_xlabel("simulated time (s)")
+    ax.set_ylabel("calls in engine queue (count)")
+    ax.set_title(f"Queue lengths, all instances - {title}")
+    ax.grid(alpha=0.3)
+    return save(fig, path)
