@@ -47,6 +47,7 @@ class CallInfo:
     context_tokens: int     # tokens of KV the call holds at completion (prompt + generated)
     first_scheduled_ns: Optional[int] = None
     completion_ns: Optional[int] = None
+    num_preemptions: int = 0
 
 
 @dataclass(frozen=True, slots=True)

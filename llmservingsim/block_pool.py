@@ -1,0 +1,169 @@
+"""Paged KV blocks, the LRU free queue and the prefix-cache map (vLLM ``block_pool.py``).
+
+Invariants
+- Block 0 is the null block: taken at construction, never freed, never counted as usable.
+- A block is in the free queue iff its ``ref_cnt`` is 0. ``ref_cnt`` is changed only here.
+- ``block_hash`` is set iff the block's content is published in ``cached`` (it may be
+  shadowed: two blocks can hold the same content; the map keeps the first).
+- Free-queue order is eviction order: ``popleft`` takes the least recently freed block.
+  vLLM 0.19 appends every freed block to the tail; callers free a request's blocks in
+  reverse so its tail is evicted before its prefix. Blocks whose content was dropped
+  (``evict``) carry nothing worth keeping, so they go to the head and are reused first.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+
+class KVBlock:
+    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev_free", "next_free")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_cnt = 0
+        self.block_hash: Optional[int] = None
+        self.prev_free: Optional["KVBlock"] = None   # only touched by FreeBlockQueue
+        self.next_free: Optional["KVBlock"] = None
+
+    def __repr__(self) -> str:
+        return f"KVBlock({self.block_id}, ref={self.ref_cnt}, hash={'y' if self.block_hash is not None else 'n'})"
+
+
+class FreeBlockQueue:
+    """Doubly linked list with sentinels: O(1) popleft, append, appendleft and remove."""
+
+    __slots__ = ("head", "tail", "num_free")
+
+    def __init__(self, blocks: Iterable[KVBlock]):
+        self.head = KVBlock(-1)
+        self.tail = KVBlock(-2)
+        self.head.next_free = self.tail
+        self.tail.prev_free = self.head
+        self.num_free = 0
+        for b in blocks:
+            self.append(b)
+
+    def append(self, block: KVBlock) -> None:
+        last = self.tail.prev_free
+        last.next_free = block
+        block.prev_free = last
+        block.next_free = self.tail
+        self.tail.prev_free = block
+        self.num_free += 1
+
+    def appendleft(self, block: KVBlock) -> None:
+        first = self.head.next_free
+        self.head.next_free = block
+        block.prev_free = self.head
+        block.next_free = first
+        first.prev_free = block
+        self.num_free += 1
+
+    def popleft(self) -> KVBlock:
+        block = self.head.next_free
+        if block is self.tail:
+            raise RuntimeError("no free blocks")
+        self.remove(block)
+        return block
+
+    def remove(self, block: KVBlock) -> None:
+        prev, nxt = block.prev_free, block.next_free
+        prev.next_free = nxt
+        nxt.prev_free = prev
+        block.prev_free = block.next_free = None
+        self.num_free -= 1
+
+    def block_ids(self) -> list[int]:
+        out, b = [], self.head.next_free
+        while b is not self.tail:
+            out.append(b.block_id)
+            b = b.next_free
+        return out
+
+
+class BlockPool:
+    """Owns every block, their reference counts, the free queue and the content map."""
+
+    __slots__ = ("num_blocks", "blocks", "free_queue", "cached", "enable_caching", "null_block")
+
+    def __init__(self, num_blocks: int, enable_caching: bool = True):
+        if num_blocks < 2:
+            raise ValueError("the KV pool needs at least 2 blocks (one is the null block)")
+        self.num_blocks = num_blocks
+        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.free_queue = FreeBlockQueue(self.blocks)
+        self.cached: dict[int, KVBlock] = {}
+        self.enable_caching = enable_caching
+        self.null_block = self.free_queue.popleft()
+        self.null_block.ref_cnt = 1
+
+    @property
+    def num_free(self) -> int:
+        return self.free_queue.num_free
+
+    @property
+    def num_usable(self) -> int:
+        return self.num_blocks - 1
+
+    def usage(self) -> float:
+        """vLLM's KV usage: cached-but-unreferenced blocks count as free."""
+        return 1.0 - self.free_queue.num_free / (self.num_blocks - 1)
+
+    def get_cached_block(self, block_hash: int) -> Optional[KVBlock]:
+        return self.cached.get(block_hash)
+
+    def get_new_blocks(self, n: int) -> list[KVBlock]:
+        if n > self.free_queue.num_free:
+            raise RuntimeError(f"asked for {n} blocks with {self.free_queue.num_free} free")
+        out = []
+        popleft = self.free_queue.popleft
+        for _ in range(n):
+            block = popleft()
+            if block.block_hash is not None:
+                self._drop_content(block)
+            block.ref_cnt = 1
+            out.append(block)
+        return out
+
+    def touch(self, blocks: Iterable[KVBlock]) -> None:
+        """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
+        remove = self.free_queue.remove
+        for block in blocks:
+            if block.ref_cnt == 0:
+                remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered: Iterable[KVBlock], drop_content: bool = False) -> None:
+        """Drop one reference from each block, in the given (eviction) order."""
+        queue = self.free_queue
+        for block in ordered:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                if drop_content and block.block_hash is not None:
+                    self._drop_content(block)
+                    queue.appendleft(block)
+                else:
+                    queue.append(block)
+
+    def cache_block(self, block: KVBlock, block_hash: int) -> None:
+        if block.block_hash is not None or not self.enable_caching:
+            return
+        block.block_hash = block_hash
+        self.cached.setdefault(block_hash, block)
+
+    def _drop_content(self, block: KVBlock) -> None:
+        if self.cached.get(block.block_hash) is block:
+            del self.cached[block.block_hash]
+        block.block_hash = None
+
+    def check_invariants(self) -> None:
+        """Conservation checks used by tests (O(num_blocks))."""
+        in_queue = set(self.free_queue.block_ids())
+        assert len(in_queue) == self.free_queue.num_free
+        for b in self.blocks[1:]:
+            assert b.ref_cnt >= 0, b
+            assert (b.ref_cnt == 0) == (b.block_id in in_queue), b
+            if b.block_hash is not None:
+                assert b.block_hash in self.cached
+        for h, b in self.cached.items():
+            assert b.block_hash == h

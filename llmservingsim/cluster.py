@@ -1,0 +1,90 @@
+"""The engine's public API: instances sharing one event loop.
+
+The program layer (or a request-level driver) uses only this: ``now_ns``, ``schedule``,
+``submit``, ``load``, ``on_request_finished`` and ``run``. Engine internals stay behind it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from hooks import CallInfo, Hooks
+
+from .errors import StuckError
+from .events import EventLoop
+from .instance import Instance
+from .request import CallSpec, Request
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceLoad:
+    num_running: int
+    num_waiting: int
+    kv_utilization: float
+    kv_used_tokens: int
+    kv_pool_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedCall:
+    """A completed call with the engine's measurements (times in ns)."""
+    info: CallInfo
+    call: CallSpec
+    first_scheduled_ns: int
+    first_token_ns: int
+    last_token_ns: int
+    num_cached_tokens: int
+    num_preemptions: int
+
+
+class Cluster:
+    def __init__(self, loop: EventLoop, hooks: Optional[Hooks] = None):
+        self.loop = loop
+        self.hooks = hooks or Hooks()
+        self.instances: list[Instance] = []
+        self.requests: dict[int, Request] = {}
+        self.on_request_finished: Optional[Callable[[CallInfo], None]] = None
+        self.finished_calls: list[FinishedCall] = []     # engine measurements, completion order
+
+    @property
+    def now_ns(self) -> int:
+        return self.loop.now
+
+    @property
+    def num_instances(self) -> int:
+        return len(self.instances)
+
+    def schedule(self, time_ns: int, callback: Callable[[], None]) -> None:
+        self.loop.schedule(time_ns, callback)
+
+    def submit(self, instance: int, call: CallSpec, request_id: int) -> None:
+        inst = self.instances[instance]
+        req = Request(request_id, call, self.loop.now, instance)
+        inst.check_fits(req)
+        self.requests[request_id] = req
+        inst.submit(req)
+
+    def load(self, instance: int) -> InstanceLoad:
+        inst = self.instances[instance]
+        kv = inst.kv
+        pool = kv.pool
+        used = pool.num_usable - pool.num_free
+        return InstanceLoad(len(inst.scheduler.running), len(inst.scheduler.waiting), pool.usage(),
+                            used * kv.block_size, pool.num_usable * kv.block_size)
+
+    def finished(self, req: Request, now_ns: int) -> None:
+        """Called by an instance when a request completes (before its retention decision)."""
+        self.requests.pop(req.request_id, None)
+        info = self.instances[req.instance].call_info(req)
+        self.finished_calls.append(FinishedCall(
+            info, req.spec, req.first_scheduled_ns, req.first_token_ns, req.last_token_ns,
+            max(req.num_cached_tokens, 0), req.num_preemptions))
+        if self.on_request_finished is not None:
+            self.on_request_finished(info)
+
+    def run(self) -> None:
+        self.loop.run()
+        if self.requests:
+            req = min(self.requests.values(), key=lambda r: r.request_id)
+            raise StuckError(f"simulation ended with {len(self.requests)} unfinished call(s), e.g. request "
+                             f"{req.request_id} (program {req.owner}, call {req.call_index}, {req.status.name})")

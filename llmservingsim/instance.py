@@ -1,0 +1,119 @@
+"""One serving instance: a vLLM engine core (scheduler + KV cache manager) driven by the
+simulation's event loop.
+
+Step loop (vllm/v1/engine/core.py). Synchronous: at a step's end the output is applied,
+then the next batch is scheduled and launched. Asynchronous scheduling (vLLM 0.19 default):
+while step N runs, step N+1 is already scheduled (with placeholders for N's tokens); at
+N's end its output is applied, N+1 launches and N+2 is scheduled — so a request arriving
+during step N is first scheduled in step N+2. An idle engine schedules an arriving request
+at once.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from hooks import CallInfo, Hooks
+
+from .errors import StuckError
+from .events import EventLoop
+from .kv_cache_manager import KVCacheManager, cdiv
+from .request import Request
+from .scheduler import Scheduler, SchedulerOutput
+from .step_timer import StepTimer, shape_of
+
+
+class Instance:
+    def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
+                 hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], None],
+                 on_step: Optional[Callable] = None):
+        self.index = index
+        self.loop = loop
+        self.scheduler = scheduler
+        self.kv: KVCacheManager = scheduler.kv
+        self.timer = timer
+        self.hooks = hooks
+        self.async_scheduling = async_scheduling
+        self._on_finished = on_finished
+        self._on_step = on_step
+        self.current: Optional[SchedulerOutput] = None
+        self.pending: Optional[SchedulerOutput] = None
+        self.busy_ns = 0
+        self.num_steps = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.current is not None
+
+    # ---- arrivals -----------------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        now = self.loop.now
+        hooks = self.hooks
+        if hooks.retention is not None or hooks.priority is not None:
+            info = self.call_info(req)
+            if hooks.retention is not None:
+                d = hooks.retention.on_arrival(info, now)
+                if d.kind in ("release", "evict"):
+                    self.kv.release_entry(req.owner, drop_content=d.kind == "evict")
+            if hooks.priority is not None:
+                req.priority = hooks.priority.priority(info, now)
+        self.scheduler.add_request(req)
+        if self.current is None:
+            self._start(now)
+
+    def call_info(self, req: Request) -> CallInfo:
+        return CallInfo(req.request_id, req.owner, self.index, req.arrival_ns, req.prompt_len,
+                        req.num_tokens, req.first_scheduled_ns, req.finished_ns, req.num_preemptions)
+
+    # ---- the step loop ------------------------------------------------------------------
+    def _start(self, now: int) -> None:
+        out = self.scheduler.schedule()
+        if out:
+            self._launch(out, now)
+        elif self.scheduler.waiting and not self.scheduler.running:
+            head = self.scheduler.waiting.peek()
+            raise StuckError(
+                f"instance {self.index} cannot admit request {head.request_id} (program {head.owner}, "
+                f"call {head.call_index}, {head.num_tokens} tokens) with nothing running at "
+                f"t={now / 1e9:.3f} s: {self.kv.num_free_blocks} free KV blocks")
+
+    def _launch(self, out: SchedulerOutput, now: int) -> None:
+        for sr in out.scheduled:
+            if sr.req.first_scheduled_ns is None:
+                sr.req.first_scheduled_ns = now
+        timing = self.timer.time(out)
+        self.current = out
+        self.busy_ns += timing.total_ns
+        self.num_steps += 1
+        if self._on_step is not None:
+            self._on_step(self, out, now, timing)
+        if self.async_scheduling:
+            self.pending = self.scheduler.schedule()
+        self.loop.schedule(now + timing.total_ns, self._end_step)
+
+    def _end_step(self) -> None:
+        now = self.loop.now
+        out, self.current = self.current, None
+        for req in self.scheduler.update_from_output(out, now):
+            self._finish(req, now)
+        nxt, self.pending = self.pending, None
+        if nxt:
+            self._launch(nxt, now)
+        elif self.scheduler.has_work():
+            self._start(now)
+
+    def _finish(self, req: Request, now: int) -> None:
+        self._on_finished(req, now)
+        decision = None
+        if self.hooks.retention is not None:
+            decision = self.hooks.retention.on_complete(self.call_info(req), now, self.kv.usage())
+        self.kv.finish(req, decision, now)
+
+    # ---- checks -------------------------------------------------------------------------
+    def check_fits(self, req: Request) -> None:
+        need = cdiv(req.prompt_len + req.max_tokens, self.kv.block_size)
+        usable = self.kv.pool.num_usable
+        if need > usable:
+            raise StuckError(
+                f"program {req.owner} call {req.call_index} needs {req.prompt_len + req.max_tokens} "
+                f"tokens of KV ({need} blocks) but instance {self.index}'s pool holds "
+                f"{usable * self.kv.block_size} tokens ({usable} blocks): it can never run")

@@ -1,0 +1,136 @@
+"""Piecewise-linear interpolation on measured grids (integer-free, float µs in and out).
+
+Outside the measured range a table extrapolates linearly from its last two points above
+the top and clamps at the first point below the bottom (times measured at the smallest
+size are already dominated by fixed costs; extrapolating down would invent savings).
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Sequence
+
+import numpy as np
+
+
+def bracket(xs: Sequence[float], x: float) -> tuple[int, float]:
+    """Index i and weight w such that value = (1-w)*v[i] + w*v[i+1]."""
+    n = len(xs)
+    if n == 1 or x <= xs[0]:
+        return 0, 0.0
+    if x >= xs[-1]:
+        i = n - 2
+    else:
+        i = bisect.bisect_right(xs, x) - 1
+    return i, (x - xs[i]) / (xs[i + 1] - xs[i])
+
+
+class Table1D:
+    """``clamp=True`` holds the end values outside the range instead of extrapolating."""
+    __slots__ = ("xs", "ys", "_cache", "clamp")
+
+    def __init__(self, xs: Sequence[float], ys: Sequence[float], clamp: bool = False):
+        order = np.argsort(np.asarray(xs, dtype=float), kind="stable")
+        self.xs = [float(xs[i]) for i in order]
+        self.ys = [float(ys[i]) for i in order]
+        self._cache: dict = {}
+        self.clamp = clamp
+
+    def __call__(self, x: float) -> float:
+        v = self._cache.get(x)
+        if v is None:
+            if len(self.xs) == 1:
+                v = self.ys[0]
+            elif self.clamp and x >= self.xs[-1]:
+                v = self.ys[-1]
+            else:
+                i, w = bracket(self.xs, x)
+                v = self.ys[i] + w * (self.ys[i + 1] - self.ys[i])
+            self._cache[x] = v
+        return v
+
+    def vector(self, x: np.ndarray) -> np.ndarray:
+        xs = np.asarray(self.xs)
+        ys = np.asarray(self.ys)
+        if len(xs) == 1:
+            return np.full(len(x), ys[0])
+        x = np.maximum(np.asarray(x, dtype=float), xs[0])
+        i = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 2)
+        w = (x - xs[i]) / (xs[i + 1] - xs[i])
+        return ys[i] + w * (ys[i + 1] - ys[i])
+
+
+class RaggedGrid2D:
+    """2-D table whose rows (first axis) may each list different second-axis points:
+    interpolate within each bracketing row, then between rows. Both axes clamp."""
+
+    __slots__ = ("rows", "row_tables")
+
+    def __init__(self, points: dict):
+        by_row: dict = {}
+        for (a, b), v in points.items():
+            by_row.setdefault(float(a), {})[float(b)] = v
+        self.rows = sorted(by_row)
+        self.row_tables = [Table1D(sorted(by_row[r]), [by_row[r][k] for k in sorted(by_row[r])], clamp=True)
+                           for r in self.rows]
+
+    def __call__(self, a: float, b: float) -> float:
+        rows = self.rows
+        if len(rows) == 1 or a <= rows[0]:
+            return self.row_tables[0](b)
+        if a >= rows[-1]:
+            return self.row_tables[-1](b)
+        i, w = bracket(rows, a)
+        lo = self.row_tables[i](b)
+        return lo + w * (self.row_tables[i + 1](b) - lo)
+
+
+class GridND:
+    """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``."""
+
+    __slots__ = ("axes", "values", "_np_axes")
+
+    def __init__(self, axes: Sequence[Sequence[float]], values: np.ndarray):
+        self.axes = [list(map(float, a)) for a in axes]
+        self.values = np.asarray(values, dtype=float)
+        self._np_axes = [np.asarray(a, dtype=float) for a in self.axes]
+
+    def __call__(self, *point: float) -> float:
+        idx, wts = [], []
+        for a, x in zip(self.axes, point):
+            i, w = bracket(a, x)
+            idx.append(i)
+            wts.append(w)
+        v = self.values
+        total = 0.0
+        d = len(idx)
+        for corner in range(1 << d):
+            weight = 1.0
+            sl = []
+            for k in range(d):
+                if corner >> k & 1:
+                    weight *= wts[k]
+                    sl.append(idx[k] + 1 if len(self.axes[k]) > 1 else idx[k])
+                else:
+                    weight *= 1.0 - wts[k]
+                    sl.append(idx[k])
+            if weight:
+                total += weight * v[tuple(sl)]
+        return total
+
+    def vector2(self, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
+        """Vectorised 2-D lookup (used to time runs of decode steps at once)."""
+        assert len(self.axes) == 2
+        out = []
+        ii, ww = [], []
+        for a, x in zip(self._np_axes, (x0, x1)):
+            x = np.maximum(np.asarray(x, dtype=float), a[0])
+            i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, max(len(a) - 2, 0))
+            w = (x - a[i]) / (a[i + 1] - a[i]) if len(a) > 1 else np.zeros(len(x))
+            ii.append(i)
+            ww.append(w)
+        v = self.values
+        i0, i1 = ii
+        w0, w1 = ww
+        out = ((1 - w0) * (1 - w1) * v[i0, i1] + w0 * (1 - w1) * v[i0 + 1, i1]
+               + (1 - w0) * w1 * v[i0, i1 + 1] + w0 * w1 * v[i0 + 1, i1 + 1])
+        return out

@@ -1,0 +1,232 @@
+"""KV cache manager: prefix caching, slot allocation and retained KV entries.
+
+The vLLM part (one full-attention group) follows vLLM 0.19 ``kv_cache_manager.py``:
+``get_computed_blocks`` walks the chained block hashes up to ``num_tokens - 1`` tokens
+(the last token is always recomputed); ``allocate_slots`` fails without touching anything
+when the blocks it needs (new blocks plus cache hits that are currently evictable) exceed
+the free blocks; otherwise it touches the hits, pops new blocks and publishes every full
+block at schedule time, before the forward pass.
+
+The Retention Plane part (paper §3.4) adds **KV entries**: at completion a call's blocks may
+be kept referenced by an entry owned by its program, with a protection deadline d and a
+value v. Entries are not free (they count as used), but they are reclaimable: when an
+allocation finds too few free blocks, entries are released in ascending eviction-key
+order (eq. 5: expired first, then lower value; the victim-protection hook may supply the
+key) until enough blocks are free. Protection is a preference, not a lock. A call never
+reclaims its own program's entry (its cache hits live there).
+
+Invariants: every block referenced by a request or an entry has ``ref_cnt`` >= the number
+of holders; ``req_blocks`` and ``entries`` are the only holders; free + held = usable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from hooks import Hooks, KVEntryInfo, RetentionDecision, default_eviction_key
+
+from .block_pool import BlockPool, KVBlock
+from .request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(slots=True)
+class KVEntry:
+    """A program's retained KV (only mutated by KVCacheManager)."""
+    owner: int
+    blocks: list
+    num_tokens: int
+    created_ns: int
+    deadline_ns: int
+    value: Optional[float]
+    seq: int
+
+    def info(self, instance: int) -> KVEntryInfo:
+        return KVEntryInfo(self.owner, instance, self.created_ns, self.deadline_ns, self.value,
+                           len(self.blocks), self.seq)
+
+
+@dataclass(slots=True)
+class PrefixStats:
+    queries: int = 0      # prompt tokens looked up at first admission
+    hits: int = 0         # of which served from the cache
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int = 16, enable_caching: bool = True,
+                 clock: Callable[[], int] = lambda: 0, hooks: Optional[Hooks] = None,
+                 instance: int = 0):
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.pool = BlockPool(num_blocks, enable_caching)
+        self.req_blocks: dict[int, list[KVBlock]] = {}
+        self.num_cached_blocks: dict[int, int] = {}
+        self.entries: dict[int, KVEntry] = {}
+        self._entry_seq = 0
+        self._clock = clock
+        self._hooks = hooks or Hooks()
+        self.instance = instance
+        self.prefix_stats = PrefixStats()
+        self.num_reclaimed_entries = 0
+
+    # ---- queries -------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free
+
+    def usage(self) -> float:
+        return self.pool.usage()
+
+    def get_blocks(self, request_id: int) -> list[KVBlock]:
+        return self.req_blocks.get(request_id, [])
+
+    def get_computed_blocks(self, req: Request) -> tuple[list[KVBlock], int]:
+        """Longest cached prefix of whole blocks, at most ``num_tokens - 1`` tokens."""
+        if not self.enable_caching:
+            return [], 0
+        n = (req.num_tokens - 1) // self.block_size
+        if n <= 0:
+            return [], 0
+        hashes = req.stream.block_hashes(n)
+        cached = self.pool.cached
+        hits = []
+        for b in range(n):
+            block = cached.get(hashes[b])
+            if block is None:
+                break
+            hits.append(block)
+        return hits, len(hits) * self.block_size
+
+    # ---- allocation ----------------------------------------------------------------------
+    def can_fit_full_sequence(self, req: Request, hits: list[KVBlock]) -> bool:
+        """Admission gate (scheduler_reserve_full_isl): the whole current sequence must fit."""
+        need = cdiv(req.num_tokens, self.block_size) - len(self.get_blocks(req.request_id)) - len(hits)
+        need = max(need, 0) + sum(1 for b in hits if b.ref_cnt == 0)
+        return need <= self.pool.num_free or self._reclaim(need, req.owner, dry_run=True)
+
+    def allocate_slots(self, req: Request, num_new_tokens: int,
+                       hits: list[KVBlock] = (), num_hit_tokens: int = 0) -> bool:
+        """Reserve blocks for ``num_new_tokens`` more tokens (after ``hits``); publish full
+        blocks. Returns False, with nothing touched, when the blocks cannot be found."""
+        held = self.req_blocks.get(req.request_id)
+        num_held = len(held) if held is not None else 0
+        total = req.num_computed_tokens + num_hit_tokens + num_new_tokens
+        num_new_blocks = max(cdiv(total, self.block_size) - num_held - len(hits), 0)
+        need = num_new_blocks + (sum(1 for b in hits if b.ref_cnt == 0) if hits else 0)
+        if need > self.pool.num_free:
+            if not self._reclaim(need, req.owner, dry_run=False, hits=hits, new_blocks=num_new_blocks):
+                return False
+        if held is None:
+            held = self.req_blocks[req.request_id] = []
+            self.num_cached_blocks[req.request_id] = 0
+        if hits:
+            self.pool.touch(hits)
+            held.extend(hits)
+        if num_new_blocks:
+            held.extend(self.pool.get_new_blocks(num_new_blocks))
+        self.cache_blocks(req, min(total, req.num_tokens))
+        return True
+
+    def cache_blocks(self, req: Request, num_tokens: int) -> None:
+        """Publish the request's full blocks up to ``num_tokens`` tokens."""
+        if not self.enable_caching:
+            return
+        rid = req.request_id
+        done = self.num_cached_blocks.get(rid, 0)
+        n = num_tokens // self.block_size
+        if n <= done:
+            return
+        hashes = req.stream.block_hashes(n)
+        blocks = self.req_blocks[rid]
+        cache_block = self.pool.cache_block
+        for b in range(done, min(n, len(blocks))):
+            cache_block(blocks[b], hashes[b])
+        self.num_cached_blocks[rid] = min(n, len(blocks))
+
+    def free(self, req: Request, drop_content: bool = False) -> None:
+        """Release a request's blocks, tail first (vLLM frees in reverse order)."""
+        blocks = self.req_blocks.pop(req.request_id, None)
+        self.num_cached_blocks.pop(req.request_id, None)
+        if blocks:
+            self.pool.free_blocks(reversed(blocks), drop_content)
+
+    # ---- retention (paper §3.4) ----------------------------------------------------------
+    def finish(self, req: Request, decision: Optional[RetentionDecision], now_ns: int) -> None:
+        """Apply a completed request's retention decision to its blocks."""
+        if decision is None or decision.kind in ("release", "none") or (
+                decision.kind == "protect" and decision.deadline_ns <= now_ns):
+            self.free(req)
+            return
+        if decision.kind == "evict":
+            self.free(req, drop_content=True)
+            return
+        blocks = self.req_blocks.pop(req.request_id, [])
+        self.num_cached_blocks.pop(req.request_id, None)
+        old = self.entries.get(req.owner)
+        self._entry_seq += 1
+        self.entries[req.owner] = KVEntry(req.owner, blocks, req.num_tokens, now_ns,
+                                          decision.deadline_ns, decision.value, self._entry_seq)
+        if old is not None:          # the new context supersedes the old (shared blocks stay held)
+            self.pool.free_blocks(reversed(old.blocks))
+        self._report(req.owner, req.num_tokens, True, now_ns)
+
+    def release_entry(self, owner: int, drop_content: bool = False) -> bool:
+        entry = self.entries.pop(owner, None)
+        if entry is None:
+            return False
+        self.pool.free_blocks(reversed(entry.blocks), drop_content)
+        self._report(owner, 0, False, self._clock())
+        return True
+
+    def _entry_order(self, exclude_owner: int) -> list[KVEntry]:
+        now = self._clock()
+        hook = self._hooks.victim_protection
+        inst = self.instance
+        cands = [e for e in self.entries.values() if e.owner != exclude_owner]
+        if hook is None:
+            return sorted(cands, key=lambda e: default_eviction_key(e.info(inst), now))
+        return sorted(cands, key=lambda e: hook.eviction_key(e.info(inst), now))
+
+    def _reclaim(self, need: int, exclude_owner: int, dry_run: bool,
+                 hits: list[KVBlock] = (), new_blocks: int = 0) -> bool:
+        """Release entries in eviction-key order until ``need`` blocks are free.
+
+        ``dry_run`` only counts blocks that releasing would free (held by that entry alone).
+        When really reclaiming, hits that become evictable raise the need, so it is
+        recomputed after every release.
+        """
+        if not self.entries:
+            return False
+        order = self._entry_order(exclude_owner)
+        if dry_run:
+            avail = self.pool.num_free
+            for entry in order:
+                avail += sum(1 for b in entry.blocks if b.ref_cnt == 1)
+                if avail >= need:
+                    return True
+            return False
+        for entry in order:
+            self.release_entry(entry.owner)
+            self.num_reclaimed_entries += 1
+            need = new_blocks + (sum(1 for b in hits if b.ref_cnt == 0) if hits else 0)
+            if need <= self.pool.num_free:
+                return True
+        return False
+
+    def _report(self, owner: int, tokens: int, protected: bool, now_ns: int) -> None:
+        hook = self._hooks.residency
+        if hook is not None:
+            hook.on_residency(owner, self.instance, tokens, protected, now_ns)
+
+    # ---- checks --------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        self.pool.check_invariants()
+        holders: dict[int, int] = {}
+        for blocks in list(self.req_blocks.values()) + [e.blocks for e in self.entries.values()]:
+            for b in blocks:
+                holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        for b in self.pool.blocks[1:]:
+            assert b.ref_cnt == holders.get(b.block_id, 0), (b, holders.get(b.block_id, 0))

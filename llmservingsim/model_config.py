@@ -1,0 +1,105 @@
+"""Architecture facts from a Hugging Face ``config.json`` (no per-model code paths)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+from .paths import models_dir
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_model_len: int
+    tie_embeddings: bool
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    dtype_bytes: int = 2
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def kv_bytes_per_token(self, tp: int, pp: int = 1) -> int:
+        """K and V for every layer held by one rank (KV heads split over TP, layers over PP)."""
+        kv_heads = max(self.num_kv_heads // tp, 1)
+        layers = -(-self.num_layers // pp)
+        return 2 * layers * kv_heads * self.head_dim * self.dtype_bytes
+
+    def num_params(self) -> int:
+        h, L = self.hidden_size, self.num_layers
+        q = h * self.num_heads * self.head_dim
+        kv = 2 * h * self.num_kv_heads * self.head_dim
+        o = self.num_heads * self.head_dim * h
+        if self.is_moe:
+            mlp = self.num_experts * 3 * h * self.moe_intermediate_size + h * self.num_experts
+        else:
+            mlp = 3 * h * self.intermediate_size
+        per_layer = q + kv + o + mlp + 2 * h
+        emb = self.vocab_size * h
+        head = 0 if self.tie_embeddings else self.vocab_size * h
+        return L * per_layer + emb + head + h
+
+    def weight_bytes_per_rank(self, tp: int, pp: int = 1) -> int:
+        """Weights one GPU holds: everything sharded over TP (norms are negligible and
+        counted in full), layers over PP."""
+        return self.num_params() * self.dtype_bytes // (tp * pp)
+
+
+def _find_config(name: str) -> Path:
+    p = Path(name)
+    if p.suffix == ".json" and p.exists():
+        return p
+    if p.is_dir() and (p / "config.json").exists():
+        return p / "config.json"
+    cand = models_dir() / f"{name}.json"
+    if cand.exists():
+        return cand
+    known = sorted(str(q.relative_to(models_dir()))[:-5] for q in models_dir().rglob("*.json"))
+    raise ConfigError(f"unknown model '{name}' (registry: {', '.join(known)}; or give a path to config.json)",
+                      key="model")
+
+
+def load_model(name: str) -> ModelSpec:
+    path = _find_config(name)
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read model config: {exc}", file=str(path)) from None
+
+    def need(key):
+        if key not in cfg:
+            raise ConfigError("missing field", file=str(path), key=key)
+        return cfg[key]
+
+    heads = int(need("num_attention_heads"))
+    hidden = int(need("hidden_size"))
+    registry_name = name if not Path(name).exists() else cfg.get("_name_or_path", path.stem)
+    return ModelSpec(
+        name=registry_name,
+        hidden_size=hidden,
+        num_layers=int(need("num_hidden_layers")),
+        num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=int(cfg.get("intermediate_size", 4 * hidden)),
+        vocab_size=int(need("vocab_size")),
+        max_model_len=int(cfg.get("max_position_embeddings", 131072)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_experts=int(cfg.get("num_experts", cfg.get("num_local_experts", 0)) or 0),
+        experts_per_token=int(cfg.get("num_experts_per_tok", 0) or 0),
+        moe_intermediate_size=int(cfg.get("moe_intermediate_size", cfg.get("intermediate_size", 0)) or 0),
+        dtype_bytes=DTYPE_BYTES.get(str(cfg.get("torch_dtype", "bfloat16")), 2),
+    )

@@ -1,0 +1,162 @@
+"""Performance model: the compute time of one engine step from a profile bundle.
+
+A step is one flattened forward pass over every scheduled token (prefill chunks and
+decodes together). Its compute time is, per rank (tensor parallelism is already in the
+bundle: one layer profiled with heads and widths divided by TP):
+
+- token-wise ops from ``dense.csv`` at the step's total token count, once per layer
+  (``layernorm`` twice per layer: input and post-attention norms; ``embedding`` and
+  ``final_layernorm`` once per model);
+- attention from ``attention.csv`` per layer: a mixed batch is looked up on the 4-D grid at
+  (sum of prefill chunks, their token-weighted mean prior context, number of decodes,
+  mean decode KV length), then corrected for uneven decode lengths with the skew fit:
+  t = t_mean + alpha * (t_max - t_mean), alpha from ``skew_fit.csv``'s bucket for the batch
+  (default ``alpha_default`` from meta.yaml);
+- mixture-of-experts layers from ``moe.csv`` at the expected number of distinct experts the
+  step's tokens activate, E * (1 - (1 - k/E)^T);
+- per-sequence ops (``lm_head``, ``sampler``) at the number of scheduled sequences;
+- the per-step residual of ``step_overhead.csv`` (framework overhead minus kernel overlap)
+  when the bundle has one.
+Communication is not in the bundle: the execution-graph generator adds it.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Sequence
+
+from .model_config import ModelSpec
+from .profiles import ProfileBundle
+
+ONCE_PER_MODEL = {"embedding": 1, "final_layernorm": 1}
+PER_LAYER_MULT = {"layernorm": 2}
+
+
+@dataclass(slots=True)
+class BatchShape:
+    """What the performance model needs to know about a step."""
+    prefill_tokens: int          # sum of prefill chunks
+    prefill_ctx: float           # token-weighted mean prior context of the chunks
+    num_prefills: int
+    num_decodes: int
+    decode_kv_sum: int           # sum of decode KV lengths (context incl. the new token)
+    decode_kv_max: int
+    decode_kv_min: int
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prefill_tokens + self.num_decodes
+
+    @property
+    def num_seqs(self) -> int:
+        return self.num_prefills + self.num_decodes
+
+
+def batch_shape(prefills: Sequence[tuple[int, int]], decode_kvs: Sequence[int]) -> BatchShape:
+    pt = sum(c for c, _ in prefills)
+    pctx = (sum(c * k for c, k in prefills) / pt) if pt else 0.0
+    if decode_kvs:
+        return BatchShape(pt, pctx, len(prefills), len(decode_kvs), sum(decode_kvs),
+                          max(decode_kvs), min(decode_kvs))
+    return BatchShape(pt, pctx, len(prefills), 0, 0, 0, 0)
+
+
+def _label(bins: list, labels: list, x: float):
+    """pandas.cut semantics: label i covers (bins[i], bins[i+1]]."""
+    i = bisect.bisect_left(bins, x) - 1
+    if 0 <= i < len(labels):
+        return labels[i]
+    return None
+
+
+class PerformanceModel:
+    def __init__(self, model: ModelSpec, bundle: ProfileBundle, pp: int = 1):
+        self.model = model
+        self.bundle = bundle
+        self.layers_per_stage = -(-model.num_layers // pp)
+        self.pp = pp
+        self._dense_memo: dict[int, float] = {}
+        self._seq_memo: dict[int, float] = {}
+        self._ovh_memo: dict = {}
+        dense = bundle.dense
+        L = self.layers_per_stage
+        self._dense_terms = []
+        for name, table in sorted(dense.items()):
+            if name in ONCE_PER_MODEL:
+                # embedding runs on the first stage, final norm on the last; per stage
+                # both are small, so charge each stage once (exact when pp == 1)
+                mult = ONCE_PER_MODEL[name]
+            else:
+                mult = PER_LAYER_MULT.get(name, 1) * L
+            self._dense_terms.append((mult, table))
+        self._seq_tables = [bundle.per_sequence[k] for k in sorted(bundle.per_sequence)]
+        if model.is_moe and bundle.moe is None:
+            from .errors import ProfileError
+            raise ProfileError(f"{model.name} is a mixture-of-experts model but the bundle has no moe.csv "
+                               f"(expected {bundle.path / 'moe.csv'})", file=str(bundle.path / "moe.csv"))
+
+    # ---- pieces (µs, per stage) ------------------------------------------------------------
+    def dense_us(self, tokens: int) -> float:
+        v = self._dense_memo.get(tokens)
+        if v is None:
+            v = sum(mult * table(tokens) for mult, table in self._dense_terms)
+            if self.bundle.moe is not None and self.model.is_moe:
+                E, k = self.model.num_experts, self.model.experts_per_token
+                active = E * (1.0 - (1.0 - k / E) ** tokens)
+                v += self.layers_per_stage * self.bundle.moe(tokens, active)
+            self._dense_memo[tokens] = v
+        return v
+
+    def per_sequence_us(self, seqs: int) -> float:
+        v = self._seq_memo.get(seqs)
+        if v is None:
+            v = sum(t(seqs) for t in self._seq_tables)
+            self._seq_memo[seqs] = v
+        return v
+
+    def attention_us(self, b: BatchShape) -> float:
+        """Per-layer attention time for the batch."""
+        att = self.bundle.attention
+        nd = b.num_decodes
+        if nd == 0:
+            return att.prefill(b.prefill_tokens, b.prefill_ctx) if b.prefill_tokens else 0.0
+        mean_kv = b.decode_kv_sum / nd
+        if b.prefill_tokens:
+            t_mean = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, mean_kv)
+        else:
+            t_mean = att.decode(nd, mean_kv)
+        if nd < 2 or b.decode_kv_max == b.decode_kv_min:
+            return t_mean
+        if b.prefill_tokens:
+            t_max = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, b.decode_kv_max)
+        else:
+            t_max = att.decode(nd, b.decode_kv_max)
+        return t_mean + self._alpha(b, mean_kv) * (t_max - t_mean)
+
+    def _alpha(self, b: BatchShape, mean_kv: float) -> float:
+        sk = self.bundle.skew
+        if sk is None:
+            return 0.0
+        rate = (mean_kv - b.decode_kv_min) / (b.decode_kv_max - b.decode_kv_min)
+        pc = 0.0
+        if b.prefill_tokens and sk.pcs:
+            i = bisect.bisect_right(sk.pcs, b.prefill_tokens) - 1
+            pc = sk.pcs[max(i, 0)]
+        key = (pc, _label(sk.n_bins, sk.n_labels, b.num_decodes), _label(sk.sr_bins, sk.sr_labels, rate),
+               _label(sk.kvb_bins, sk.kvb_labels, b.decode_kv_max), _label(sk.kp_bins, sk.kp_labels, b.prefill_ctx))
+        return sk.table.get(key, sk.alpha_default)
+
+    def overhead_us(self, b: BatchShape) -> float:
+        table = self.bundle.step_overhead
+        if table is None:
+            return 0.0
+        key = (b.prefill_tokens, b.num_decodes)
+        v = self._ovh_memo.get(key)
+        if v is None:
+            v = self._ovh_memo[key] = table(b.prefill_tokens, b.num_decodes)
+        return v
+
+    def compute_us(self, b: BatchShape) -> float:
+        """Compute time of one pipeline stage (µs): dense + attention + per-sequence."""
+        return (self.dense_us(b.num_tokens) + self.layers_per_stage * self.attention_us(b)
+                + self.per_sequence_us(b.num_seqs))

@@ -1,0 +1,222 @@
+"""Loading LLMServingSim profile bundles (formats.md §3) into interpolation tables.
+
+Layout: ``<root>/<HARDWARE>/<org>/<model>/<variant>/meta.yaml`` and ``.../tp<N>/*.csv``.
+Everything is generic over layer names: a bundle's ``dense.csv`` may list any token-wise
+ops (Qwen3 adds ``qk_norm``; MoE models drop the dense MLP and add ``moe.csv``).
+Missing required files raise :class:`ProfileError` naming the path that was expected.
+"""
+from __future__ import annotations
+
+import csv
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import yaml
+
+from .errors import ProfileError
+from .interp import GridND, RaggedGrid2D, Table1D
+from .paths import profiles_dir
+
+
+@dataclass
+class AttentionTables:
+    """Attention time per layer (µs) from ``attention.csv``.
+
+    Three views of one measurement set: prefill-only (chunk, kv_prefill), decode-only
+    (n_decode, kv_decode) and mixed (all four axes, on the power-of-two sub-grid; the few
+    mixed points the profiler skipped are filled by extending the n_decode axis linearly).
+    """
+    prefill: GridND
+    decode: GridND
+    mixed: GridND
+
+
+@dataclass
+class SkewFit:
+    alpha_default: float
+    table: dict            # (pc, n_label, sr_label, kvb_label, kp_label) -> alpha
+    n_bins: list
+    n_labels: list
+    sr_bins: list
+    sr_labels: list
+    kvb_bins: list
+    kvb_labels: list
+    kp_bins: list
+    kp_labels: list
+    pcs: list
+
+
+@dataclass
+class ProfileBundle:
+    path: Path
+    tp: int
+    meta: dict
+    dense: dict[str, Table1D]
+    per_sequence: dict[str, Table1D]
+    attention: AttentionTables
+    skew: Optional[SkewFit]
+    moe: Optional[GridND] = None
+    moe_tokens: Optional[list] = None
+    step_overhead: Optional[RaggedGrid2D] = None
+    extras: dict = field(default_factory=dict)
+
+
+def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict]:
+    if not path.exists():
+        raise ProfileError(f"missing profile file (expected {path})", file=str(path))
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in required if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ProfileError(f"missing column(s) {missing}", file=str(path), line=1)
+        rows = []
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                rows.append({k: (row[k] if k == "layer" else float(row[k])) for k in required})
+            except (TypeError, ValueError):
+                raise ProfileError(f"bad number in {row}", file=str(path), line=lineno) from None
+    if not rows:
+        raise ProfileError("empty profile table", file=str(path))
+    return rows
+
+
+def _by_layer(rows: list[dict], xkey: str) -> dict[str, Table1D]:
+    groups: dict[str, dict[float, list[float]]] = {}
+    for r in rows:
+        groups.setdefault(r["layer"], {}).setdefault(r[xkey], []).append(r["time_us"])
+    return {name: Table1D(sorted(pts), [float(np.mean(pts[x])) for x in sorted(pts)])
+            for name, pts in groups.items()}
+
+
+def _pow2(values) -> list[float]:
+    return sorted(v for v in set(values) if v > 0 and (int(v) & (int(v) - 1)) == 0)
+
+
+def _attention(path: Path) -> AttentionTables:
+    rows = _read_csv(path, ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"))
+    pts = {(r["prefill_chunk"], r["kv_prefill"], r["n_decode"], r["kv_decode"]): r["time_us"] for r in rows}
+    P = _pow2(k[0] for k in pts)
+    K = [0.0] + _pow2(k[1] for k in pts)
+    N = _pow2(k[2] for k in pts)
+    KD = _pow2(k[3] for k in pts)
+    if not P or not N or not KD:
+        raise ProfileError("attention grid lacks prefill or decode points", file=str(path))
+
+    def grid2(ax0, ax1, make_key, label):
+        vals = np.empty((len(ax0), len(ax1)))
+        for (i, a), (j, b) in itertools.product(enumerate(ax0), enumerate(ax1)):
+            key = make_key(a, b)
+            if key not in pts:
+                raise ProfileError(f"attention grid point {key} missing ({label})", file=str(path))
+            vals[i, j] = pts[key]
+        return GridND([ax0, ax1], vals)
+
+    prefill = grid2(P, K, lambda a, b: (a, b, 0.0, 0.0), "prefill-only")
+    decode = grid2(N, KD, lambda a, b: (0.0, 0.0, a, b), "decode-only")
+    vals = np.full((len(P), len(K), len(N), len(KD)), np.nan)
+    for (i, a), (j, b), (k, c), (l, d) in itertools.product(enumerate(P), enumerate(K), enumerate(N), enumerate(KD)):
+        vals[i, j, k, l] = pts.get((a, b, c, d), np.nan)
+    # Fill skipped mixed points along n_decode (the profiler omits some large-batch corners).
+    for k in range(len(N)):
+        missing = np.isnan(vals[:, :, k, :])
+        if not missing.any():
+            continue
+        if k >= 2:
+            slope = (vals[:, :, k - 1, :] - vals[:, :, k - 2, :]) / (N[k - 1] - N[k - 2])
+            fill = vals[:, :, k - 1, :] + slope * (N[k] - N[k - 1])
+        else:   # no smaller batch to extend from: prefill + decode are additive upper bound
+            fill = (prefill.values[:, :, None] + decode.values[None, None, k, :])
+        vals[:, :, k, :] = np.where(missing, fill, vals[:, :, k, :])
+    if np.isnan(vals).any():
+        raise ProfileError("attention mixed grid could not be completed", file=str(path))
+    return AttentionTables(prefill, decode, GridND([P, K, N, KD], vals))
+
+
+def _skew(meta: dict, tp: int, path: Path) -> Optional[SkewFit]:
+    fit = (meta.get("skew_fit") or {})
+    per_tp = (fit.get("per_tp") or {}).get(tp) or (fit.get("per_tp") or {}).get(str(tp))
+    if not per_tp:
+        return None
+    axes = fit.get("bucket_axes") or {}
+    table = {}
+    if path.exists():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                table[(float(row["pc"]), row["n_label"], row["skew_rate_label"], row["kv_big_label"],
+                       row["kp_label"])] = float(row["alpha"])
+    return SkewFit(
+        alpha_default=float(per_tp.get("alpha_default", 0.0)), table=table,
+        n_bins=axes.get("n_bins", []), n_labels=axes.get("n_labels", []),
+        sr_bins=axes.get("skew_rate_bins", []), sr_labels=axes.get("skew_rate_labels", []),
+        kvb_bins=axes.get("kv_big_bins", []), kvb_labels=axes.get("kv_big_labels", []),
+        kp_bins=axes.get("kp_bins", []), kp_labels=axes.get("kp_labels", []),
+        pcs=sorted({k[0] for k in table}))
+
+
+def _moe(path: Path) -> tuple[GridND, list]:
+    rows = _read_csv(path, ("tokens", "activated_experts", "time_us"))
+    toks = sorted({r["tokens"] for r in rows})
+    experts = sorted({r["activated_experts"] for r in rows})
+    pts = {(r["tokens"], r["activated_experts"]): r["time_us"] for r in rows}
+    vals = np.empty((len(toks), len(experts)))
+    for i, t in enumerate(toks):      # a row only lists experts reachable with t tokens: extend flat
+        last = None
+        for j, e in enumerate(experts):
+            last = pts.get((t, e), last)
+            vals[i, j] = last if last is not None else np.nan
+    for j in range(len(experts)):     # fill leading gaps from the next token count
+        for i in range(len(toks) - 2, -1, -1):
+            if np.isnan(vals[i, j]):
+                vals[i, j] = vals[i + 1, j]
+    return GridND([toks, experts], vals), toks
+
+
+def _step_overhead(path: Path) -> RaggedGrid2D:
+    """Per-step residual (measured wall minus profiled kernels) by (prefill chunk, decodes).
+    Grids differ per bundle (ragged rows); repeated points from several sessions are
+    averaged; outside the measured range the residual is held, not extrapolated."""
+    rows = _read_csv(path, ("prefill_chunk", "n_decode", "overhead_us"))
+    pts: dict = {}
+    for r in rows:
+        pts.setdefault((r["prefill_chunk"], r["n_decode"]), []).append(r["overhead_us"])
+    return RaggedGrid2D({k: float(np.mean(v)) for k, v in pts.items()})
+
+
+def bundle_dir(hardware: str, model: str, variant: str = "bf16", root: Optional[Path] = None) -> Path:
+    return Path(root or profiles_dir()) / hardware / model / variant
+
+
+_CACHE: dict = {}
+
+
+def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
+                root: Optional[Path] = None) -> ProfileBundle:
+    """Load (and cache per process) the bundle for one device, model and TP degree."""
+    base = bundle_dir(hardware, model, variant, root)
+    key = (str(base), tp)
+    if key in _CACHE:
+        return _CACHE[key]
+    meta_path = base / "meta.yaml"
+    tp_dir = base / f"tp{tp}"
+    if not tp_dir.is_dir():
+        avail = sorted(p.name for p in base.glob("tp*")) if base.is_dir() else []
+        raise ProfileError(f"no profile bundle for {model} on {hardware} at TP={tp} (expected {tp_dir}; "
+                           f"available: {avail or 'none'})", file=str(tp_dir))
+    meta = {}
+    if meta_path.exists():
+        with open(meta_path) as f:
+            meta = yaml.safe_load(f) or {}
+    dense = _by_layer(_read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us")), "tokens")
+    per_seq = _by_layer(_read_csv(tp_dir / "per_sequence.csv", ("layer", "sequences", "time_us")), "sequences")
+    bundle = ProfileBundle(path=tp_dir, tp=tp, meta=meta, dense=dense, per_sequence=per_seq,
+                           attention=_attention(tp_dir / "attention.csv"),
+                           skew=_skew(meta, tp, tp_dir / "skew_fit.csv"))
+    if (tp_dir / "moe.csv").exists():
+        bundle.moe, bundle.moe_tokens = _moe(tp_dir / "moe.csv")
+    if (tp_dir / "step_overhead.csv").exists():
+        bundle.step_overhead = _step_overhead(tp_dir / "step_overhead.csv")
+    _CACHE[key] = bundle
+    return bundle

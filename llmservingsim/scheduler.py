@@ -1,0 +1,200 @@
+"""vLLM V1 scheduler (0.19 semantics; vllm-v1-semantics.md §1).
+
+``schedule()`` forms one step's batch; ``update_from_output()`` applies the step's result.
+There are no prefill/decode phases: each request has ``num_computed_tokens`` against
+``num_tokens + num_placeholders`` and a step closes part of the gap within one token
+budget.
+
+Phase 1 serves ``running`` strictly in list order (an earlier prefill chunk may take the
+whole budget). An allocation failure preempts by recompute: FCFS takes the tail of
+``running``, priority takes max (priority, arrival); if the victim is the request itself the
+running loop ends (0.19). Phase 2 admits from ``waiting`` only if nothing was preempted,
+until ``max_num_seqs``, with head-of-line blocking: the head's whole current sequence must
+fit (``scheduler_reserve_full_isl``) or admission stops.
+
+Output tokens: when a step's chunk reaches the end of a request's known tokens the step
+samples one token; it is counted as a placeholder at schedule time and becomes a real
+token in ``update_from_output``. Requests whose outputs (real + placeholder) already reach
+``max_tokens`` are not scheduled again (vLLM anticipates max_tokens stops).
+Ownership: only this class writes ``status``, ``num_computed_tokens``, ``num_placeholders``
+and ``num_tokens`` of a request.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .kv_cache_manager import KVCacheManager
+from .request import Request, RequestStatus
+from .request_queue import make_queue
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    long_prefill_token_threshold: int = 0
+    enable_chunked_prefill: bool = True
+    policy: str = "fcfs"            # "fcfs" | "priority"
+    max_model_len: int = 131072
+
+
+@dataclass(slots=True)
+class ScheduledRequest:
+    req: Request
+    num_new: int
+    ctx_before: int                 # tokens already computed before this step
+    samples: bool                   # this step samples an output token for the request
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    scheduled: list = field(default_factory=list)     # [ScheduledRequest] in batch order
+    preempted: list = field(default_factory=list)
+    num_tokens: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
+        self.config = config
+        self.kv = kv
+        self.running: list[Request] = []
+        self.waiting = make_queue(config.policy)
+        self.priority_policy = config.policy == "priority"
+        self.num_preemptions = 0
+
+    def add_request(self, req: Request) -> None:
+        req.status = RequestStatus.WAITING
+        self.waiting.add(req)
+
+    def has_work(self) -> bool:
+        return bool(self.running) or bool(self.waiting)
+
+    # ---- schedule -----------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        cfg = self.config
+        kv = self.kv
+        budget = cfg.max_num_batched_tokens
+        threshold = cfg.long_prefill_token_threshold
+        out = SchedulerOutput()
+        scheduled: dict[int, ScheduledRequest] = {}
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            if req.num_tokens + req.num_placeholders - req.prompt_len >= req.max_tokens:
+                i += 1          # its last token is in flight: anticipated finish
+                continue
+            num_new = req.num_tokens + req.num_placeholders - req.num_computed_tokens
+            if 0 < threshold < num_new:
+                num_new = threshold
+            num_new = min(num_new, budget, cfg.max_model_len - 1 - req.num_computed_tokens)
+            if num_new <= 0:
+                i += 1
+                continue
+            ok = True
+            while not kv.allocate_slots(req, num_new):
+                if self.priority_policy:
+                    victim = max(running, key=lambda r: (r.priority, r.arrival_ns))
+                    vidx = running.index(victim)
+                    running.pop(vidx)
+                    sr = scheduled.pop(victim.request_id, None)
+                    if sr is not None:      # already scheduled this step: give its tokens back
+                        budget += sr.num_new
+                        self._unschedule(sr)
+                    if vidx < i:
+                        i -= 1
+                else:
+                    victim = running.pop()
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is req:
+                    ok = False
+                    break
+            if not ok:
+                break
+            scheduled[req.request_id] = self._commit(req, num_new)
+            budget -= num_new
+            i += 1
+
+        if not out.preempted:
+            waiting = self.waiting
+            while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
+                req = waiting.peek()
+                hits, num_hit = kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else ([], 0)
+                num_new = req.num_tokens - req.num_computed_tokens - num_hit
+                if 0 < threshold < num_new:
+                    num_new = threshold
+                if not cfg.enable_chunked_prefill and num_new > budget:
+                    break
+                num_new = min(num_new, budget)
+                if num_new <= 0:
+                    break
+                if not kv.can_fit_full_sequence(req, hits):
+                    break
+                if not kv.allocate_slots(req, num_new, hits, num_hit):
+                    break
+                waiting.pop()
+                running.append(req)
+                req.status = RequestStatus.RUNNING
+                req.num_computed_tokens += num_hit
+                if req.num_cached_tokens < 0:
+                    req.num_cached_tokens = num_hit
+                    kv.prefix_stats.queries += req.prompt_len
+                    kv.prefix_stats.hits += num_hit
+                scheduled[req.request_id] = self._commit(req, num_new)
+                budget -= num_new
+
+        out.scheduled = list(scheduled.values())
+        out.num_tokens = cfg.max_num_batched_tokens - budget
+        return out
+
+    def _commit(self, req: Request, num_new: int) -> ScheduledRequest:
+        before = req.num_computed_tokens
+        req.num_computed_tokens = before + num_new
+        samples = req.num_computed_tokens >= req.num_tokens + req.num_placeholders
+        if samples:
+            req.num_placeholders += 1
+        return ScheduledRequest(req, num_new, before, samples)
+
+    def _unschedule(self, sr: ScheduledRequest) -> None:
+        if sr.samples:
+            sr.req.num_placeholders -= 1
+        sr.req.num_computed_tokens = sr.ctx_before
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req)
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.prepend(req)
+
+    # ---- update -------------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, now_ns: int) -> list[Request]:
+        """Apply a finished step: sampled tokens become real; return finished requests
+        (removed from the queues; their blocks are still held for the retention decision)."""
+        finished = []
+        for sr in out.scheduled:
+            if not sr.samples:
+                continue
+            req = sr.req
+            req.num_placeholders -= 1
+            req.num_tokens += 1
+            if req.first_token_ns is None:
+                req.first_token_ns = now_ns
+            req.last_token_ns = now_ns
+            if req.status == RequestStatus.RUNNING:
+                self.kv.cache_blocks(req, min(req.num_computed_tokens, req.num_tokens))
+            if req.num_tokens - req.prompt_len >= req.max_tokens:
+                if req.status == RequestStatus.RUNNING:
+                    self.running.remove(req)
+                elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                    self.waiting.remove(req)
+                req.status = RequestStatus.FINISHED
+                req.finished_ns = now_ns
+                finished.append(req)
+        return finished

@@ -1,0 +1,69 @@
+"""Step time = compute (performance model) + communication (execution graph) + residual.
+
+``StepTimer.time(output)`` turns a scheduler output into integer nanoseconds. The
+communication part comes from a ``CommModel`` (``llmservingsim.execution_graph``), which
+evaluates the step's Chakra graph on the system simulator (memoised by graph shape).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol
+
+from .perf_model import BatchShape, PerformanceModel
+from .scheduler import SchedulerOutput
+
+
+class CommModel(Protocol):
+    def exposed_comm_ns(self, shape: BatchShape) -> int:
+        """Communication time not hidden behind compute for one step of this shape."""
+
+
+@dataclass(slots=True)
+class StepTiming:
+    total_ns: int
+    compute_ns: int
+    comm_ns: int
+    overhead_ns: int
+
+
+def shape_of(out: SchedulerOutput) -> BatchShape:
+    pt = pctx_w = 0
+    npf = nd = kv_sum = 0
+    kv_max = 0
+    kv_min = 1 << 62
+    for sr in out.scheduled:
+        n = sr.num_new
+        if n == 1 and sr.ctx_before > 0:
+            kv = sr.ctx_before + 1
+            nd += 1
+            kv_sum += kv
+            if kv > kv_max:
+                kv_max = kv
+            if kv < kv_min:
+                kv_min = kv
+        else:
+            npf += 1
+            pt += n
+            pctx_w += n * sr.ctx_before
+    return BatchShape(pt, (pctx_w / pt) if pt else 0.0, npf, nd, kv_sum,
+                      kv_max if nd else 0, kv_min if nd else 0)
+
+
+class StepTimer:
+    def __init__(self, perf: PerformanceModel, comm: Optional[CommModel] = None):
+        self.perf = perf
+        self.comm = comm
+        self.pp = perf.pp
+
+    def time_shape(self, shape: BatchShape) -> StepTiming:
+        perf = self.perf
+        compute = round(perf.compute_us(shape) * 1000.0) * self.pp
+        overhead = round(perf.overhead_us(shape) * 1000.0)
+        comm = self.comm.exposed_comm_ns(shape) if self.comm is not None else 0
+        total = compute + comm + overhead
+        if total < 1000:          # a step never takes less than a microsecond
+            total = 1000
+        return StepTiming(total, compute, comm, overhead)
+
+    def time(self, out: SchedulerOutput) -> StepTiming:
+        return self.time_shape(shape_of(out))
