@@ -1,0 +1,31 @@
+"""astrasim: an in-process, ASTRA-Sim-compatible system simulator (knows nothing about LLMs).
+
+Quick use::
+
+    from astrasim import SystemSimulator, load_network, load_system, analytical_network_from_link
+    net = analytical_network_from_link("FullyConnected", 8, 400.0, 936.25)
+    sim = SystemSimulator(net, load_system("system.json"))
+    sim.collective_time_ns("all_reduce", 16 << 20)     # memoized closed form, ns
+    result = sim.run(per_rank_nodes)                  # RunResult(finish_ns, exposed_comm_ns, ...)
+
+Layers: ``chakra`` (traces) -> ``system`` (per-rank scheduling, collective matching) ->
+``collectives`` (algorithms, chunking, pipeline) -> ``network`` (analytical backend).
+"""
+from .chakra import (Attr, CollectiveCommType, GlobalMetadata, IOInfo, Node, NodeType, read_et,
+                     read_workload, write_et, write_workload)
+from .config import (RemoteMemoryConfig, SystemConfig, load_comm_groups, load_network_config,
+                     load_remote_memory, load_system)
+from .network import AnalyticalNetwork, NetworkBackend, analytical_network_from_link
+from .system import RunResult, SystemSimulator
+
+
+def load_network(path) -> AnalyticalNetwork:
+    """Read a network YAML and build the congestion-unaware analytical backend."""
+    return AnalyticalNetwork(load_network_config(path))
+
+
+__all__ = ["AnalyticalNetwork", "Attr", "CollectiveCommType", "GlobalMetadata", "IOInfo",
+           "NetworkBackend", "Node", "NodeType", "RemoteMemoryConfig", "RunResult", "SystemConfig",
+           "SystemSimulator", "analytical_network_from_link", "load_comm_groups", "load_network",
+           "load_network_config", "load_remote_memory", "load_system", "read_et", "read_workload",
+           "write_et", "write_workload"]

@@ -1,0 +1,6 @@
+"""``python -m astrasim``: see :mod:`astrasim.cli`."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+"""Network backends behind one interface (:class:`NetworkBackend`)."""
+from .analytical import AnalyticalNetwork, analytical_network_from_link, bandwidth_bytes_per_ns
+from .base import NetworkBackend
+
+__all__ = ["AnalyticalNetwork", "NetworkBackend", "analytical_network_from_link", "bandwidth_bytes_per_ns"]

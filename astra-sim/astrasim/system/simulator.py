@@ -1,0 +1,59 @@
+"""``SystemSimulator``: the in-process entry point the serving engine calls per step.
+
+Construction validates the configuration once (implementation lists vs. network dimensions,
+communicator groups vs. NPU count); :meth:`SystemSimulator.run` evaluates one set of per-rank
+Chakra graphs; :meth:`SystemSimulator.collective_time_ns` answers the closed-form duration of a
+single collective (memoized), for callers that memoize whole graphs by shape.
+
+The simulator owns no state between runs except memo tables, so runs are independent and
+deterministic: the same graphs give the same result.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ..chakra.schema import Node
+from ..collectives.planner import CollectivePlanner
+from ..config.groups import parse_comm_groups
+from ..config.memory import RemoteMemoryConfig
+from ..config.system import SystemConfig
+from ..network.base import NetworkBackend
+from .engine import Run, RunResult
+
+
+class SystemSimulator:
+    """ASTRA-Sim-compatible system layer over a :class:`NetworkBackend`.
+
+    ``comm_groups`` maps group id (> 0) to member NPU ids, as in a comm-group JSON; nodes name
+    their group with the ``pg_name`` attribute ("" or "0" = all NPUs).
+    """
+
+    def __init__(self, network: NetworkBackend, system: Optional[SystemConfig] = None,
+                 comm_groups: Optional[dict] = None,
+                 remote_memory: Optional[RemoteMemoryConfig] = None):
+        self.network = network
+        self.system = system if system is not None else SystemConfig.with_algorithm("ring", len(network.dims))
+        self.planner = CollectivePlanner(network, self.system)
+        raw = {str(k): list(v) for k, v in (comm_groups or {}).items()}
+        self.comm_groups = parse_comm_groups(raw, "comm_groups", network.npus_count)
+        self.remote_memory = remote_memory
+
+    @property
+    def npus_count(self) -> int:
+        return self.network.npus_count
+
+    def collective_time_ns(self, kind, size_bytes: int, group: Optional[Sequence[int]] = None,
+                           involved_dims: Optional[Sequence[bool]] = None) -> int:
+        """Duration of one collective started by all members at once.
+
+        ``kind``: "all-reduce" / "all_reduce" / "ALL_REDUCE" (also all-gather, reduce-scatter,
+        all-to-all, or a :class:`CollectiveCommType`). ``size_bytes`` is the Chakra ``comm_size``:
+        the buffer being reduced / exchanged; for all-gather it is what each rank contributes
+        (upstream semantics). ``group``: member NPU ids (``None`` = all NPUs).
+        """
+        return self.planner.collective_ns(kind, size_bytes, group, involved_dims)
+
+    def run(self, per_rank_nodes: Sequence[Sequence[Node]]) -> RunResult:
+        """Simulate one graph per rank (``per_rank_nodes[r]`` for NPU r) to completion."""
+        return Run(per_rank_nodes, self.network, self.system, self.planner, self.comm_groups,
+                   self.remote_memory).execute()
