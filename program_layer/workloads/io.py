@@ -40,9 +40,10 @@ def dumps_record(record: dict) -> str:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """Read a workload JSONL file (programs or requests); blank lines are skipped.
+    """Read and check a workload JSONL file (programs or requests); blank lines are skipped.
 
-    Raises WorkloadError naming the file and line for unparseable JSON or a non-object line.
+    Raises WorkloadError naming the file, line and field for unparseable JSON, a non-object
+    line, or a record that breaks the schema (see :func:`check_record`).
     """
     records: list[dict] = []
     try:
@@ -57,10 +58,50 @@ def read_jsonl(path: str | Path) -> list[dict]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"invalid JSON ({exc.msg})", file=str(path), line=n) from None
-            if not isinstance(obj, dict):
-                raise WorkloadError("each line must be a JSON object", file=str(path), line=n)
+            check_record(obj, str(path), n)
             records.append(obj)
     return records
+
+
+def check_record(obj: object, path: str, line: int) -> None:
+    """Schema check of one program or request record (formats.md §4); WorkloadError naming the
+    field. Programs need a non-empty ``sub_requests``; every call's ``input_toks`` >= 1 and any
+    ``reuse_prefix_toks`` <= its ``input_toks``."""
+    if not isinstance(obj, dict):
+        raise WorkloadError("each line must be a JSON object", file=path, line=line)
+    _nonneg(obj, "arrival_time_ns", path, line)
+    if "sub_requests" not in obj:
+        _nonneg(obj, "input_toks", path, line, minimum=1)
+        _nonneg(obj, "output_toks", path, line)
+        return
+    if not isinstance(obj.get("session_id"), str):
+        raise WorkloadError("field 'session_id' must be a string", file=path, line=line)
+    subs = obj["sub_requests"]
+    if not isinstance(subs, list) or not subs:
+        raise WorkloadError("field 'sub_requests' must be a non-empty list", file=path, line=line)
+    for k, sub in enumerate(subs):
+        where = f"sub_requests[{k}]"
+        if not isinstance(sub, dict):
+            raise WorkloadError(f"field {where!r} must be an object", file=path, line=line)
+        _nonneg(sub, "input_toks", path, line, minimum=1, prefix=where)
+        _nonneg(sub, "output_toks", path, line, prefix=where)
+        _nonneg(sub, "tool_duration_ns", path, line, prefix=where)
+        if "reuse_prefix_toks" in sub:
+            _nonneg(sub, "reuse_prefix_toks", path, line, prefix=where)
+            if sub["reuse_prefix_toks"] > sub["input_toks"]:
+                raise WorkloadError(f"field '{where}.reuse_prefix_toks' exceeds its input_toks",
+                                    file=path, line=line)
+
+
+def _nonneg(obj: dict, field: str, path: str, line: int, *, minimum: int = 0,
+            prefix: str = "") -> None:
+    name = f"{prefix}.{field}" if prefix else field
+    if field not in obj:
+        raise WorkloadError(f"missing field {name!r}", file=path, line=line)
+    value = obj[field]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise WorkloadError(f"field {name!r} must be an integer >= {minimum}, got {value!r}",
+                            file=path, line=line)
 
 
 def workload_stats(records: list[dict]) -> dict:
