@@ -1,0 +1,63 @@
+"""Dispatch Plane (paper §3.3): routing, then scheduling, for a released call.
+
+Routing is evaluated first because the chosen instance determines both the destination
+queue and whether the program's prefix is resident there: the scheduling policy then sees
+the chosen instance's signals (``self.signals``) and a PCB view whose KV fields describe
+residency on that instance only.
+
+``decide`` validates both results (instance: an int in [0, num_instances); q: an int) and
+raises ``PolicyError`` naming the policy, program, call and time on anything else.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ._decisions import as_int, describe_exception, policy_error, InvalidDecision
+from .pcb import NS_PER_S, PCBView
+from .policies.base import RoutingPolicy, SchedulingPolicy, Signals
+
+__all__ = ["DispatchPlane"]
+
+
+class DispatchPlane:
+    """Owns the routing and scheduling policies; stateless otherwise."""
+
+    def __init__(self, routing: RoutingPolicy, scheduling: SchedulingPolicy,
+                 num_instances: int):
+        if num_instances < 1:
+            raise ValueError("num_instances must be >= 1")
+        self.routing = routing
+        self.scheduling = scheduling
+        self.num_instances = num_instances
+
+    @property
+    def engine_args(self) -> dict:
+        return dict(getattr(self.scheduling, "engine_args", {}) or {})
+
+    def route(self, view: PCBView, inflight: tuple, now_ns: int) -> int:
+        try:
+            choice = as_int(self.routing.select(view, inflight, now_ns / NS_PER_S),
+                            "selected instance")
+            if not 0 <= choice < self.num_instances:
+                raise InvalidDecision(f"selected instance {choice} out of range "
+                                      f"[0, {self.num_instances})")
+        except Exception as exc:
+            raise policy_error("routing", self.routing, view, now_ns,
+                               f"select: {describe_exception(exc)}") from exc
+        return choice
+
+    def priority(self, view: PCBView, signals: Signals, now_ns: int) -> int:
+        self.scheduling.signals = signals
+        try:
+            return as_int(self.scheduling.priority(view, now_ns / NS_PER_S), "priority")
+        except Exception as exc:
+            raise policy_error("scheduling", self.scheduling, view, now_ns,
+                               f"priority: {describe_exception(exc)}") from exc
+
+    def decide(self, view_on: Callable[[Optional[int]], PCBView], inflight: tuple,
+               signals_of: Callable[[int], Signals], now_ns: int) -> tuple[int, int]:
+        """(instance, q) for the program whose views ``view_on(instance)`` builds;
+        ``view_on(None)`` is the placement-independent view routing sees."""
+        instance = self.route(view_on(None), inflight, now_ns)
+        q = self.priority(view_on(instance), signals_of(instance), now_ns)
+        return instance, q

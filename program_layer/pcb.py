@@ -1,0 +1,247 @@
+"""Program Control Block (paper §3.2) and the read-only view policies get.
+
+``ProgramControlBlock`` is the program's persistent state across its calls. It is owned by the
+Program Orchestrator and **only mutated by the Orchestrator** (``program_layer/orchestrator.py``),
+through the ``apply_*`` methods below; nothing else calls them (a grep test enforces it).
+All times inside are integer nanoseconds.
+
+``PCBView`` is what a policy sees: a snapshot of the deployable part of the PCB, built fresh
+for every policy call, holding only primitive values (seconds as floats) and immutable
+containers. Causal observation boundary: the trace's future output lengths, future tool
+durations, the number of remaining calls and the ``CallSpec`` objects are never stored in the
+PCB, so no attribute, ``__dict__`` (there is none: ``__slots__``) or reference chain from a view
+can reach them. Gaps become observations only when they are over (the successor's release).
+
+``ToolGapLog`` is the run-wide record of observed tool gaps per tool name (across all programs;
+what a deployed Continuum-style estimator sees); it is owned by the Orchestrator too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping, Optional
+
+__all__ = ["ProgramControlBlock", "PCBView", "ToolGapLog", "NS_PER_S"]
+
+NS_PER_S = 1_000_000_000
+_EMPTY: tuple = ()
+
+
+def _s(ns: Optional[int]) -> Optional[float]:
+    return None if ns is None else ns / NS_PER_S
+
+
+class ToolGapLog:
+    """Observed tool gaps (ns) per tool name, in observation order. Only grows.
+
+    ``snapshot()`` returns a read-only mapping tool -> tuple of gaps in seconds; it is cached
+    and rebuilt only for tools observed since the last snapshot, so views can share it.
+    """
+    __slots__ = ("_gaps_ns", "_tuples", "_dirty", "_snapshot")
+
+    def __init__(self) -> None:
+        self._gaps_ns: dict[Optional[str], list[int]] = {}
+        self._tuples: dict[Optional[str], tuple] = {}
+        self._dirty: list[Optional[str]] = []
+        self._snapshot: Optional[Mapping[Optional[str], tuple]] = MappingProxyType({})
+
+    def add(self, tool: Optional[str], gap_ns: int) -> None:
+        self._gaps_ns.setdefault(tool, []).append(gap_ns)
+        self._dirty.append(tool)
+        self._snapshot = None
+
+    def snapshot(self) -> Mapping[Optional[str], tuple]:
+        if self._snapshot is None:
+            for tool in self._dirty:
+                self._tuples[tool] = tuple(g / NS_PER_S for g in self._gaps_ns[tool])
+            self._dirty.clear()
+            self._snapshot = MappingProxyType(dict(self._tuples))
+        return self._snapshot
+
+
+@dataclass(slots=True)
+class ProgramControlBlock:
+    """Persistent state of one live program. Only mutated by the Orchestrator.
+
+    Invariants: ``calls_completed <= call_index + 1``; ``attained_service_ns`` is the sum over
+    completed calls of (completion - first admission), eq. 3; ``kv_deadline_ns`` is set only
+    while the program owns a protected KV entry (``kv_entry``), on ``kv_instance``.
+    """
+    program_id: int
+    session_id: str
+    arrival_ns: int
+    call_index: int = -1                    # the call released last (-1: none yet)
+    calls_completed: int = 0
+    release_ns: Optional[int] = None        # release time of call ``call_index``
+    attained_service_ns: int = 0            # A_p, eq. 3
+    prior_instance: Optional[int] = None    # instance of the most recently dispatched call
+    context_tokens: int = 0                 # prompt at release; prompt + output at completion
+    num_preemptions: int = 0
+    # KV residency and protection (from retention decisions and the residency hook)
+    kv_instance: Optional[int] = None
+    kv_resident_tokens: int = 0
+    kv_entry: bool = False                  # a protected entry exists (engine-confirmed)
+    kv_deadline_ns: Optional[int] = None
+    kv_value: Optional[float] = None
+    # tool state: the tool entered at the last completion, and its gap
+    tool_name: Optional[str] = None
+    gap_start_ns: Optional[int] = None
+    gap_end_ns: Optional[int] = None        # set when the successor is released
+    own_gaps_ns: dict = field(default_factory=dict)   # tool -> [gap_ns], this program only
+    completion_ns: Optional[int] = None     # completion of the last call (program done)
+
+    # ----- mutators: called only by the Orchestrator --------------------------------------
+    def apply_release(self, call_index: int, now_ns: int, prompt_tokens: int) -> Optional[int]:
+        """Call ``call_index`` is released at ``now_ns``; returns the gap that just ended
+        (ns), or None for the first call."""
+        self.call_index = call_index
+        self.release_ns = now_ns
+        self.context_tokens = prompt_tokens
+        if self.gap_start_ns is None:
+            return None
+        gap = now_ns - self.gap_start_ns
+        self.gap_end_ns = now_ns
+        self.own_gaps_ns.setdefault(self.tool_name, []).append(gap)
+        return gap
+
+    def apply_dispatch(self, instance: int) -> None:
+        self.prior_instance = instance
+
+    def apply_completion(self, now_ns: int, service_ns: int, context_tokens: int,
+                         tool_name: Optional[str], preemptions: int, last: bool) -> None:
+        self.calls_completed += 1
+        self.attained_service_ns += service_ns
+        self.context_tokens = context_tokens
+        self.num_preemptions += preemptions
+        self.tool_name = tool_name
+        self.gap_start_ns = now_ns
+        self.gap_end_ns = None
+        if last:
+            self.completion_ns = now_ns
+
+    def apply_retention(self, kind: str, instance: Optional[int], deadline_ns: int,
+                        value: Optional[float], at_completion: bool) -> None:
+        """A retention decision in engine terms (after the release-if-expired rule). At a
+        completion the decision concerns the call's whole context on ``instance``; at an
+        arrival it concerns the existing entry, wherever it is."""
+        if at_completion and kind in ("protect", "release"):
+            # released blocks go to the engine's LRU free queue: still cached until reused
+            self.kv_instance = instance
+            self.kv_resident_tokens = self.context_tokens
+        if kind == "protect":
+            self.kv_entry = True
+            self.kv_deadline_ns = deadline_ns
+            self.kv_value = value
+        elif kind == "release":
+            self._drop_entry()
+        elif kind == "evict":
+            self._drop_entry()
+            self.kv_instance = None
+            self.kv_resident_tokens = 0
+
+    def apply_residency(self, instance: int, resident_tokens: int, protected: bool) -> None:
+        self.kv_instance = instance if resident_tokens > 0 or protected else None
+        self.kv_resident_tokens = resident_tokens
+        if not protected:
+            self._drop_entry()
+        else:
+            self.kv_entry = True
+
+    def _drop_entry(self) -> None:
+        self.kv_entry = False
+        self.kv_deadline_ns = None
+        self.kv_value = None
+
+    # ----- read-only snapshot ---------------------------------------------------------
+    def view(self, now_ns: int, gaps: Mapping[Optional[str], tuple],
+             instance: Optional[int] = None) -> "PCBView":
+        """The policy-visible snapshot at ``now_ns``. With ``instance`` given, the KV fields
+        describe residency on that instance only (a KV entry elsewhere is no help there)."""
+        on_target = instance is None or instance == self.kv_instance
+        entry = self.kv_entry and on_target
+        deadline = self.kv_deadline_ns if entry else None
+        own = MappingProxyType({tool: tuple(g / NS_PER_S for g in lst)
+                                for tool, lst in self.own_gaps_ns.items()})
+        return PCBView(
+            program_id=self.program_id, session_id=self.session_id,
+            arrival_s=self.arrival_ns / NS_PER_S, call_index=self.call_index,
+            calls_completed=self.calls_completed,
+            attained_service_s=self.attained_service_ns / NS_PER_S,
+            prior_instance=self.prior_instance,
+            kv_protected=bool(entry and deadline is not None and now_ns < deadline),
+            kv_deadline_s=_s(deadline),
+            kv_resident_tokens=self.kv_resident_tokens if on_target else 0,
+            kv_instance=self.kv_instance, kv_value=self.kv_value if entry else None,
+            tool_name=self.tool_name, gap_start_s=_s(self.gap_start_ns),
+            gap_end_s=_s(self.gap_end_ns), context_tokens=self.context_tokens,
+            release_s=_s(self.release_ns), num_preemptions=self.num_preemptions,
+            gaps=gaps, own_gaps=own)
+
+
+class PCBView:
+    """Read-only, deployable view of a PCB for policies (times in seconds, floats).
+
+    Attributes: program_id, session_id, arrival_s, call_index (the current call: released
+    last), calls_completed, attained_service_s (A_p), prior_instance, kv_protected (an entry
+    exists and now < deadline), kv_deadline_s, kv_resident_tokens, kv_instance, kv_value,
+    tool_name (tool entered at the last completion), gap_start_s, context_tokens, release_s
+    (current call's release time), num_preemptions.
+    Methods: gap_elapsed_s(now), tool_gap_history(tool), own_tool_gap_history(tool).
+    """
+    __slots__ = ("program_id", "session_id", "arrival_s", "call_index", "calls_completed",
+                 "attained_service_s", "prior_instance", "kv_protected", "kv_deadline_s",
+                 "kv_resident_tokens", "kv_instance", "kv_value", "tool_name", "gap_start_s",
+                 "_gap_end_s", "context_tokens", "release_s", "num_preemptions", "_gaps",
+                 "_own_gaps")
+
+    def __init__(self, *, program_id, session_id, arrival_s, call_index, calls_completed,
+                 attained_service_s, prior_instance, kv_protected, kv_deadline_s,
+                 kv_resident_tokens, kv_instance, kv_value, tool_name, gap_start_s,
+                 gap_end_s, context_tokens, release_s, num_preemptions, gaps, own_gaps):
+        put = object.__setattr__
+        put(self, "program_id", program_id)
+        put(self, "session_id", session_id)
+        put(self, "arrival_s", arrival_s)
+        put(self, "call_index", call_index)
+        put(self, "calls_completed", calls_completed)
+        put(self, "attained_service_s", attained_service_s)
+        put(self, "prior_instance", prior_instance)
+        put(self, "kv_protected", kv_protected)
+        put(self, "kv_deadline_s", kv_deadline_s)
+        put(self, "kv_resident_tokens", kv_resident_tokens)
+        put(self, "kv_instance", kv_instance)
+        put(self, "kv_value", kv_value)
+        put(self, "tool_name", tool_name)
+        put(self, "gap_start_s", gap_start_s)
+        put(self, "_gap_end_s", gap_end_s)
+        put(self, "context_tokens", context_tokens)
+        put(self, "release_s", release_s)
+        put(self, "num_preemptions", num_preemptions)
+        put(self, "_gaps", gaps)
+        put(self, "_own_gaps", own_gaps)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"PCBView is read-only (tried to set {name!r})")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"PCBView is read-only (tried to delete {name!r})")
+
+    def gap_elapsed_s(self, now: float) -> Optional[float]:
+        """Seconds since the program entered its current (or last) tool gap; frozen at the
+        gap's length once the successor is released. None before the first completion."""
+        if self.gap_start_s is None:
+            return None
+        end = self._gap_end_s if self._gap_end_s is not None else now
+        return end - self.gap_start_s
+
+    def tool_gap_history(self, tool: Optional[str]) -> tuple:
+        """Observed gaps (s) of ``tool`` across all programs so far, oldest first."""
+        return self._gaps.get(tool, _EMPTY)
+
+    def own_tool_gap_history(self, tool: Optional[str]) -> tuple:
+        """Observed gaps (s) of ``tool`` in this program so far, oldest first."""
+        return self._own_gaps.get(tool, _EMPTY)
+
+    def __repr__(self) -> str:
+        return (f"PCBView(program_id={self.program_id}, session_id={self.session_id!r}, "
+                f"call_index={self.call_index}, attained_service_s={self.attained_service_s})")

@@ -1,0 +1,113 @@
+"""Retention Plane (paper §3.4): calls the retention policy with a PCB view and signals,
+validates what it returns and converts it to an engine ``hooks.RetentionDecision``.
+
+Policy decisions -> engine terms:
+  ("protect", until[, value])  -> RetentionDecision("protect", deadline_ns=round(until*1e9),
+                                  value) ; a deadline <= now is a release (d = c, §3.4)
+  "release" / "evict"          -> RELEASE / EVICT
+  "none"                       -> NONE on arrival (leave the entry as it is); at completion
+                                  there is no entry yet, so it means the engine default,
+                                  RELEASE (vLLM's own behaviour)
+A policy that raises or returns anything else raises ``PolicyError``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from hooks import EVICT, NONE, RELEASE, KVEntryInfo, RetentionDecision, default_eviction_key
+
+from ._decisions import InvalidDecision, as_finite, describe_exception, policy_error
+from .pcb import NS_PER_S, PCBView
+from .policies.base import RetentionPolicy, Signals
+
+__all__ = ["RetentionPlane", "EntryView"]
+
+_SIMPLE = {"release": RELEASE, "evict": EVICT, "none": NONE}
+
+
+class EntryView:
+    """A retained KV entry as a policy's ``eviction_key(entry, now)`` sees it (seconds)."""
+    __slots__ = ("owner", "instance", "created_s", "deadline_s", "value", "num_blocks", "seq",
+                 "protected", "program")
+
+    def __init__(self, entry: KVEntryInfo, now_ns: int, program: Optional[PCBView]):
+        put = object.__setattr__
+        put(self, "owner", entry.owner)
+        put(self, "instance", entry.instance)
+        put(self, "created_s", entry.created_ns / NS_PER_S)
+        put(self, "deadline_s", entry.deadline_ns / NS_PER_S)
+        put(self, "value", entry.value)
+        put(self, "num_blocks", entry.num_blocks)
+        put(self, "seq", entry.seq)
+        put(self, "protected", now_ns < entry.deadline_ns)
+        put(self, "program", program)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("EntryView is read-only")
+
+
+class RetentionPlane:
+    """Owns the retention policy; stateless otherwise."""
+
+    def __init__(self, policy: RetentionPolicy):
+        self.policy = policy
+
+    @property
+    def has_eviction_key(self) -> bool:
+        return callable(getattr(self.policy, "eviction_key", None))
+
+    def on_complete(self, view: PCBView, request_id: int, signals: Signals,
+                    now_ns: int) -> RetentionDecision:
+        self.policy.signals = signals
+        try:
+            raw = self.policy.on_turn_complete(view, request_id, now_ns / NS_PER_S)
+            decision = to_engine_decision(raw, now_ns)
+        except Exception as exc:
+            raise policy_error("retention", self.policy, view, now_ns,
+                               f"on_turn_complete: {describe_exception(exc)}") from exc
+        return RELEASE if decision is NONE else decision
+
+    def on_arrival(self, view: PCBView, signals: Signals, now_ns: int) -> RetentionDecision:
+        self.policy.signals = signals
+        try:
+            raw = self.policy.on_turn_arrival(view, now_ns / NS_PER_S)
+            return to_engine_decision(raw, now_ns)
+        except Exception as exc:
+            raise policy_error("retention", self.policy, view, now_ns,
+                               f"on_turn_arrival: {describe_exception(exc)}") from exc
+
+    def eviction_key(self, entry: KVEntryInfo, program: Optional[PCBView],
+                     now_ns: int) -> tuple:
+        """The policy's key, made total by appending the entry's creation order."""
+        if not self.has_eviction_key:
+            return default_eviction_key(entry, now_ns)
+        try:
+            raw = self.policy.eviction_key(EntryView(entry, now_ns, program), now_ns / NS_PER_S)
+            parts = raw if isinstance(raw, tuple) else (raw,)
+            for i, part in enumerate(parts):
+                as_finite(part, f"eviction_key element {i}")
+        except Exception as exc:
+            raise policy_error("retention", self.policy, program, now_ns,
+                               f"eviction_key: {describe_exception(exc)}") from exc
+        return tuple(parts) + (entry.seq,)
+
+
+def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
+    """Validate a policy decision and convert it (see module docstring)."""
+    if isinstance(raw, str):
+        decision = _SIMPLE.get(raw)
+        if decision is None:
+            raise InvalidDecision(f"returned {raw!r}; expected ('protect', until[, value]), "
+                                  f"'release', 'evict' or 'none'")
+        return decision
+    if isinstance(raw, tuple) and len(raw) in (2, 3) and raw[0] == "protect":
+        until = as_finite(raw[1], "protect deadline 'until'")
+        value = None
+        if len(raw) == 3 and raw[2] is not None:
+            value = as_finite(raw[2], "protect value")
+        deadline_ns = int(round(until * NS_PER_S))
+        if deadline_ns <= now_ns:
+            return RELEASE
+        return RetentionDecision("protect", deadline_ns=deadline_ns, value=value)
+    raise InvalidDecision(f"returned {raw!r} ({type(raw).__name__}); expected "
+                          f"('protect', until[, value]), 'release', 'evict' or 'none'")
