@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ._decisions import as_int, describe_exception, policy_error, InvalidDecision
+from .policies.checks import as_int, describe_exception, policy_error, InvalidDecision
 from .pcb import NS_PER_S, PCBView
 from .policies.base import RoutingPolicy, SchedulingPolicy, Signals
 

@@ -16,7 +16,7 @@ from typing import Optional
 
 from hooks import EVICT, NONE, RELEASE, KVEntryInfo, RetentionDecision, default_eviction_key
 
-from ._decisions import InvalidDecision, as_finite, describe_exception, policy_error
+from .policies.checks import InvalidDecision, as_finite, describe_exception, policy_error
 from .pcb import NS_PER_S, PCBView
 from .policies.base import RetentionPolicy, Signals
 

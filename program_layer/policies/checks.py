@@ -1,4 +1,4 @@
-"""Shared helpers of the two planes: PolicyError formatting and value checks."""
+"""Shared by the Dispatch and Retention Planes: decision checks and PolicyError formatting."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import numbers
 
 from llmservingsim.errors import PolicyError
 
-from .pcb import NS_PER_S
-from .policies.base import policy_label
+from ..pcb import NS_PER_S
+from .base import policy_label
 
 
 class InvalidDecision(Exception):
