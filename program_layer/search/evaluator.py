@@ -1,0 +1,242 @@
+"""Fitness of a candidate policy: the seed's mean JCT over the candidate's on the target cell.
+
+    combined_score = seed mean JCT / candidate mean JCT        (1.0 = parity, > 1 better)
+
+With a second cell (Appendix F scores scheduling candidates on the target cell and again at
+0.02 JPS) the score is the arithmetic mean of the two per-cell ratios, so each cell counts
+equally whatever its absolute JCT scale. A candidate that fails on any cell scores 0.
+
+Failures never stop a search: a candidate that does not import, raises, returns an invalid
+decision, reaches past the causal boundary (PolicyError / AttributeError from the simulator),
+runs past the wall-time limit or past the memory limit scores 0 with ``status`` "error" or
+"timeout" and the reason in ``error``.
+
+The seed is run once per (cell config, second cell, axis, seed policy source, simulator
+source) and its result cached as JSON under ``cache_dir``; a file lock makes concurrent
+evaluators share one seed run. A candidate whose source equals the seed's is not re-run.
+"""
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+import yaml
+
+from llmservingsim.errors import SimError
+from program_layer.search import axes, sandbox
+
+_FINGERPRINT_DIRS = ("llmservingsim", "program_layer", "hooks")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Everything an evaluation needs; JSON-serializable so it can be baked into the
+    generated OpenEvolve evaluator module. Paths are absolute."""
+    cell: str
+    axis: str
+    seed_policy: str                  # NAME or /abs/file.py:Class
+    second_cell: Optional[str] = None
+    timeout_s: float = sandbox.DEFAULT_TIMEOUT_S
+    memory_mb: Optional[int] = sandbox.DEFAULT_MEMORY_MB
+    cache_dir: Optional[str] = None   # None: the seed is recomputed every time
+    work_dir: Optional[str] = None    # where run folders are made (deleted after each run)
+    log_path: Optional[str] = None    # JSON lines, one per evaluation
+    runner: Optional[str] = None      # "module:function" replacing program_layer.run:run_config
+
+    def cells(self) -> list[str]:
+        return [self.cell] + ([self.second_cell] if self.second_cell else [])
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EvalSettings":
+        return cls(**data)
+
+
+@functools.lru_cache(maxsize=1)
+def simulator_fingerprint() -> str:
+    """Hash of the simulator's Python sources (the search package excluded), so a cached seed
+    JCT is never reused after the simulator or a built-in policy changed. Computed once per
+    process: one process's evaluations all compare against the same seed run."""
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for top in _FINGERPRINT_DIRS:
+        for path in sorted((root / top).rglob("*.py")):
+            if "search" in path.relative_to(root).parts[:2]:
+                continue
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cell_identity(cell: str) -> dict:
+    """Canonical content of a cell config plus its folder (relative paths resolve there)."""
+    path = Path(cell)
+    try:
+        content = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SimError(f"cannot read cell config: {exc}", file=str(path)) from exc
+    return {"dir": str(path.resolve().parent), "config": content}
+
+
+def policy_source(spec_text: str) -> str:
+    """The text that identifies a policy for caching: the file for FILE.py:Class, the name
+    for a built-in (its code is covered by the simulator fingerprint)."""
+    spec = axes.parse_policy_spec(spec_text)
+    if spec.path is not None:
+        return f"{spec.class_name}\n{spec.path.read_text()}"
+    return spec.text
+
+
+def seed_cache_key(settings: EvalSettings) -> str:
+    payload = {
+        "cells": [_cell_identity(c) for c in settings.cells()],
+        "axis": settings.axis,
+        "seed": policy_source(settings.seed_policy),
+        "runner": settings.runner,
+        "simulator": simulator_fingerprint(),
+    }
+    blob = json.dumps(payload, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
+
+
+def cell_metrics(outcome: sandbox.RunOutcome) -> dict:
+    """The per-cell numbers we report from a successful run's summary."""
+    jct = outcome.summary.get("jct_s") or {}
+    thr = outcome.summary.get("throughput") or {}
+    return {
+        "mean_jct_s": sandbox._num(jct.get("mean")),
+        "p99_jct_s": sandbox._num(jct.get("p99")),
+        "throughput": sandbox._num(thr.get("output_tokens_per_s")),
+        "wall_s": outcome.wall_s,
+    }
+
+
+def seed_baseline(settings: EvalSettings) -> tuple[list[dict], bool]:
+    """Per-cell metrics of the seed policy, and whether they came from the cache.
+
+    Raises SimError if the seed itself fails (no fitness can be defined then)."""
+    if not settings.cache_dir:
+        return _run_seed(settings), False
+    cache_dir = Path(settings.cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path = cache_dir / f"seed-{seed_cache_key(settings)}.json"
+    with open(cache_dir / ".seed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)     # one seed run even with parallel evaluators
+        if path.exists():
+            return json.loads(path.read_text())["cells"], True
+        cells = _run_seed(settings)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seed_policy": settings.seed_policy, "cells": cells,
+                                   "cell_paths": settings.cells()}, indent=1))
+        os.replace(tmp, path)
+    return cells, False
+
+
+def _run_seed(settings: EvalSettings) -> list[dict]:
+    out = []
+    for cell in settings.cells():
+        outcome = sandbox.run_policy(settings.seed_policy, cell, axis=settings.axis,
+                                     timeout_s=settings.timeout_s, memory_mb=settings.memory_mb,
+                                     runner=settings.runner, work_dir=settings.work_dir)
+        if not outcome.ok:
+            raise SimError(f"seed policy {settings.seed_policy} failed on {cell}: {outcome.error}")
+        out.append(cell_metrics(outcome))
+    return out
+
+
+def evaluate_policy(policy: str, settings: EvalSettings) -> dict:
+    """Score ``policy`` (NAME or FILE.py[:Class]) against the seed. Never raises for a bad
+    candidate; raises SimError only when the seed itself cannot be scored.
+
+    Returns a flat dict: combined_score, status ("ok" | "error" | "timeout"), error (when not
+    ok), mean_jct_s, p99_jct_s, throughput (output tokens/s), seed_mean_jct_s, jct_ratio,
+    wall_s, seed_cached, and with a second cell the same numbers suffixed ``_2``.
+    """
+    started = time.perf_counter()
+    seed_cells, cached = seed_baseline(settings)
+    result: dict = {"policy": policy, "axis": settings.axis, "status": "ok", "combined_score": 0.0,
+                    "seed_cached": cached}
+    same_as_seed = _same_source(policy, settings.seed_policy)
+    ratios = []
+    for i, (cell, seed) in enumerate(zip(settings.cells(), seed_cells)):
+        suffix = "" if i == 0 else f"_{i + 1}"
+        result[f"seed_mean_jct_s{suffix}"] = seed["mean_jct_s"]
+        if same_as_seed:
+            metrics = dict(seed)
+        else:
+            outcome = sandbox.run_policy(policy, cell, axis=settings.axis,
+                                         timeout_s=settings.timeout_s, memory_mb=settings.memory_mb,
+                                         runner=settings.runner, work_dir=settings.work_dir)
+            if not outcome.ok:
+                result.update(status=outcome.status, error=outcome.error,
+                              traceback=outcome.traceback, failed_cell=cell)
+                break
+            metrics = cell_metrics(outcome)
+        ratio = seed["mean_jct_s"] / metrics["mean_jct_s"]
+        ratios.append(ratio)
+        result[f"jct_ratio{suffix}"] = ratio
+        for key in ("mean_jct_s", "p99_jct_s", "throughput"):
+            result[f"{key}{suffix}"] = metrics[key]
+    if result["status"] == "ok":
+        result["combined_score"] = sum(ratios) / len(ratios)
+    result["wall_s"] = round(time.perf_counter() - started, 4)
+    _append_log(settings, policy, result)
+    return result
+
+
+def _same_source(policy: str, seed_policy: str) -> bool:
+    """True when the candidate is byte-identical to the seed (the search's initial program)."""
+    try:
+        a, b = axes.parse_policy_spec(policy), axes.parse_policy_spec(seed_policy)
+    except SimError:
+        return False
+    if a.path is None or b.path is None:
+        return a.text == b.text
+    try:
+        return a.path.read_bytes() == b.path.read_bytes() and a.class_name in (None, b.class_name)
+    except OSError:
+        return False
+
+
+def _append_log(settings: EvalSettings, policy: str, result: dict) -> None:
+    if not settings.log_path:
+        return
+    try:
+        source = policy_source(policy)
+    except (SimError, OSError):
+        source = policy
+    row = {"time": time.time(), "source_sha": hashlib.sha256(source.encode()).hexdigest()[:16],
+           **{k: v for k, v in result.items() if k != "traceback"}}
+    with open(settings.log_path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+# Numbers OpenEvolve keeps as metrics (it averages numeric metrics; strings go to artifacts).
+_METRIC_KEYS = ("combined_score", "mean_jct_s", "p99_jct_s", "throughput", "seed_mean_jct_s",
+                "jct_ratio", "mean_jct_s_2", "p99_jct_s_2", "throughput_2", "seed_mean_jct_s_2",
+                "jct_ratio_2", "wall_s")
+
+
+def evaluate_for_openevolve(program_path: str, settings: dict):
+    """OpenEvolve's ``evaluate(program_path)``: numeric metrics plus artifacts (status, error,
+    traceback) that OpenEvolve shows the LLM in the next prompt. The candidate's class is the
+    file's one class deriving from the axis base."""
+    from openevolve.evaluation_result import EvaluationResult
+
+    result = evaluate_policy(str(Path(program_path).resolve()), EvalSettings.from_dict(settings))
+    metrics = {k: float(result[k]) for k in _METRIC_KEYS if isinstance(result.get(k), (int, float))}
+    artifacts = {"status": result["status"]}
+    if result.get("error"):
+        artifacts["error"] = result["error"]
+    if result.get("traceback"):
+        artifacts["traceback"] = result["traceback"]
+    return EvaluationResult(metrics=metrics, artifacts=artifacts)

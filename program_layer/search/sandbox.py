@@ -1,0 +1,135 @@
+"""Run one policy on one cell in its own process, with a wall-time and a memory limit.
+
+The child is ``python -m program_layer.search.worker``; it never shares memory with the
+caller, so a candidate that crashes the interpreter, hangs, or allocates without bound costs
+one run, never the search. Every outcome becomes a :class:`RunOutcome` with status
+``ok`` | ``error`` | ``timeout``; ``error`` carries a one-line reason.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+DEFAULT_TIMEOUT_S = 5400.0      # Appendix F: 90-minute evaluation timeout
+DEFAULT_MEMORY_MB = 32768
+
+# Single-threaded numeric libraries: each thread pool reserves address space, which the
+# RLIMIT_AS cap would otherwise count against the candidate.
+_CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+              "PYTHONHASHSEED": "0", "MPLBACKEND": "Agg"}
+
+
+@dataclass
+class RunOutcome:
+    """Result of one sandboxed run. ``summary`` is the simulator's summary dict when ok."""
+    status: str
+    summary: dict = field(default_factory=dict)
+    error: Optional[str] = None
+    traceback: Optional[str] = None
+    axis: Optional[str] = None
+    class_name: Optional[str] = None
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def mean_jct_s(self) -> Optional[float]:
+        jct = self.summary.get("jct_s") or {}
+        return _num(jct.get("mean"))
+
+
+def _num(value) -> Optional[float]:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if out == out else None   # NaN -> None
+
+
+def _repo_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
+               timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: Optional[int] = DEFAULT_MEMORY_MB,
+               runner: Optional[str] = None, work_dir: Optional[str | Path] = None,
+               keep_outputs: bool = False) -> RunOutcome:
+    """Run ``policy`` (NAME or /abs/file.py[:Class]) on ``cell`` in a child process.
+
+    A successful run whose summary lacks a positive finite mean JCT is reported as an error
+    (fitness would be undefined). The run folder is deleted unless ``keep_outputs``.
+    """
+    work_root = Path(work_dir) if work_dir else Path(tempfile.gettempdir())
+    work_root.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(tempfile.mkdtemp(prefix="eval-", dir=work_root))
+    try:
+        outcome = _run_child(run_dir, policy, str(Path(cell).resolve()), axis, timeout_s,
+                             memory_mb, runner)
+    finally:
+        if not keep_outputs:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    if outcome.ok:
+        mean = outcome.mean_jct_s()
+        if mean is None or mean <= 0:
+            outcome.status, outcome.error = "error", f"run produced no positive mean JCT (jct_s={outcome.summary.get('jct_s')!r})"
+    return outcome
+
+
+def _run_child(run_dir: Path, policy: str, cell: str, axis, timeout_s, memory_mb, runner) -> RunOutcome:
+    request = {"cell": cell, "axis": axis, "policy": policy, "out_dir": str(run_dir / "out"),
+               "memory_mb": memory_mb, "runner": runner}
+    request_path, result_path = run_dir / "request.json", run_dir / "result.json"
+    request_path.write_text(json.dumps(request))
+    env = dict(os.environ, **_CHILD_ENV)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "program_layer.search.worker", str(request_path), str(result_path)]
+    started = time.perf_counter()
+    with open(run_dir / "stdout.txt", "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                cwd=str(run_dir), start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return RunOutcome("timeout", error=f"timeout: run exceeded {timeout_s:g} s wall time",
+                              wall_s=round(time.perf_counter() - started, 4))
+    wall_s = round(time.perf_counter() - started, 4)
+    if not result_path.exists():
+        return RunOutcome("error", error=_death_reason(proc.returncode, run_dir), wall_s=wall_s)
+    data = json.loads(result_path.read_text())
+    return RunOutcome(status=data.get("status", "error"), summary=data.get("summary") or {},
+                      error=data.get("error"), traceback=data.get("traceback"),
+                      axis=data.get("axis"), class_name=data.get("class_name"), wall_s=wall_s)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child and anything it started (it leads its own session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _death_reason(returncode: int, run_dir: Path) -> str:
+    """Why a child left no result: killed by a signal (often the OOM killer) or crashed."""
+    tail = ""
+    try:
+        text = (run_dir / "stdout.txt").read_text(errors="replace").strip().splitlines()
+        tail = f": {text[-1][:300]}" if text else ""
+    except OSError:
+        pass
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        return f"crashed: killed by signal {name} (memory limit or crash){tail}"
+    return f"crashed: worker exited with status {returncode} without a result{tail}"
