@@ -134,7 +134,8 @@ def ring_allreduce_ns(size_bytes: int, n: int, bandwidth_gbs: float, latency_ns:
 
         T = splits * [ 2(n-1) * floor(hops*L + m/B) + (n-1) * 3 * floor(m/M) + (2n-1) * E ]
 
-    with m = S / splits / n, B = bandwidth_gbs * 2^30 / 1e9 bytes/ns, M = local_mem_bw_gbs
+    with m = S / splits / n in whole bytes (ASTRA-Sim's sizes are unsigned integers, so both
+    divisions truncate), B = bandwidth_gbs * 2^30 / 1e9 bytes/ns, M = local_mem_bw_gbs
     (decimal GB/s = bytes/ns), L = latency_ns, E = endpoint_delay_ns. Evaluated in exact
     rational arithmetic on the given inputs, so the floors never suffer float rounding.
     A group of one GPU does not communicate: n == 1 gives 0.
@@ -151,7 +152,7 @@ def ring_allreduce_ns(size_bytes: int, n: int, bandwidth_gbs: float, latency_ns:
         raise ValueError("bandwidth and local-mem-bw must be > 0, latency and endpoint delay >= 0")
     if n == 1:
         return 0
-    m = Fraction(size_bytes, splits * n)
+    m = Fraction(size_bytes // splits // n)
     link = Fraction(bandwidth_gbs) * _GIB_PER_GB
     per_step = floor(hops * Fraction(latency_ns) + m / link)
     reduce_step = floor(m / Fraction(local_mem_bw_gbs))

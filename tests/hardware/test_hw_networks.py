@@ -137,3 +137,21 @@ def test_time_is_monotone_and_within_the_floors_of_the_continuous_form(size, n, 
     busbw = 2 / (2 / b + 3 / d.memory_bandwidth_gbs)
     ideal = (size + extra) * 2 * (n - 1) / n / busbw
     assert ideal - 5 * (n - 1) - 1e-6 * ideal <= t1 <= ideal + 1e-6 * ideal + 1
+
+
+@pytest.mark.parametrize("name", list_devices())
+def test_astrasim_package_reads_our_files_and_agrees_to_the_ns(name):
+    """Interop check: the repo's astrasim package, fed the network and system configuration of
+    every device, times all-reduces exactly as the closed form does."""
+    cfg = pytest.importorskip("astrasim.config")
+    analytical = pytest.importorskip("astrasim.network.analytical")
+    planner = pytest.importorskip("astrasim.collectives.planner")
+    d = load_device(name)
+    system = cfg.load_system(d.system_path)
+    whole_node = cfg.load_network_config(d.network_path)  # the commented YAML file itself
+    assert whole_node.npus_count == d.gpus_per_node
+    for n in range(2, d.gpus_per_node + 1):
+        net = analytical.AnalyticalNetwork(cfg.parse_network(d.network_for_tp(n), name))
+        pl = planner.CollectivePlanner(net, system)
+        for size in (GIB, 16_842_752, 65_536, 737_322_343, 3 * 2 ** 20 + 7):
+            assert pl.collective_ns("all-reduce", size) == d.allreduce_ns(size, n), (n, size)
