@@ -71,6 +71,39 @@ _BODIES = {
     def on_turn_arrival(self, pcb, now):
         return "release"
 ''',
+    "continuum": '''\
+    QUANTILE = 0.9
+    DEFAULT_S = 2.0
+
+    def predicted_gap_s(self, pcb):
+        """0.9 quantile (linear interpolation) of the observed gaps of the tool just entered."""
+        xs = sorted(pcb.tool_gap_history(pcb.tool_name))
+        if not xs:
+            return self.DEFAULT_S
+        h = (len(xs) - 1) * self.QUANTILE
+        lo = math.floor(h)
+        if lo + 1 >= len(xs):
+            return float(xs[-1])
+        return float(xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo]))
+
+    def on_turn_complete(self, pcb, request_id, now):
+        return ("protect", now + self.predicted_gap_s(pcb))
+
+    def on_turn_arrival(self, pcb, now):
+        return "release"
+''',
+    "fcfs": '''\
+    engine_args = {"scheduling_policy": "fcfs"}
+
+    def priority(self, pcb, now):
+        return int(round(pcb.release_s * 1e9))
+''',
+    "program-fcfs": '''\
+    engine_args = {"scheduling_policy": "priority"}
+
+    def priority(self, pcb, now):
+        return int(round(pcb.arrival_s * 1e9))
+''',
     "plas": '''\
     engine_args = {"scheduling_policy": "priority"}
 
@@ -83,8 +116,25 @@ _BODIES = {
 
     def select(self, pcb, inflight, now):
         choice = self.next_instance % len(inflight)
-        self.next_instance += 1
+        self.next_instance = choice + 1
         return choice
+''',
+    "least-loaded": '''\
+    def select(self, pcb, inflight, now):
+        # fewest running + waiting calls; ties: lower KV utilization, then lower index
+        return min(range(len(inflight)), key=lambda i: (
+            inflight[i].num_running + inflight[i].num_waiting, inflight[i].kv_utilization or 0.0, i))
+''',
+    "session-affinity": '''\
+    THRESHOLD = 0.9
+
+    def select(self, pcb, inflight, now):
+        prior = pcb.prior_instance
+        if prior is not None and 0 <= prior < len(inflight):
+            if (inflight[prior].kv_utilization or 0.0) <= self.THRESHOLD:
+                return prior
+        return min(range(len(inflight)), key=lambda i: (
+            inflight[i].num_running + inflight[i].num_waiting, inflight[i].kv_utilization or 0.0, i))
 ''',
 }
 
