@@ -56,8 +56,13 @@ def save(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # keeps legends placed outside the axes
     return path
+
+
+def legend_below(ax, ncol: int = 2, **kwargs) -> None:
+    """Legend under the x-axis label, for time series whose lines fill the whole plot."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=ncol, frameon=False, **kwargs)
 
 
 def ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

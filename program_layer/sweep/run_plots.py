@@ -10,13 +10,15 @@ Inputs are the run's CSV files only.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
 from llmservingsim.errors import ConfigError
-from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, new_figure, read_columns, save,
-                                         sum_by_time)
+from program_layer.sweep.grid import short_key, value_label
+from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, legend_below, new_figure, read_columns,
+                                         save, sum_by_time)
 
 RUN_PLOTS = ("jct_cdf.png", "throughput.png", "kv_utilization.png", "queues.png")
 
@@ -25,7 +27,7 @@ def render_run_plots(run_dir: str | Path, out_dir: str | Path | None = None, *, 
     """Render the four plots of one run; returns the PNG paths. Missing files -> ConfigError."""
     run_dir = Path(run_dir)
     out_dir = Path(out_dir) if out_dir else run_dir / "plots"
-    title = title or run_dir.name
+    title = title or run_title(run_dir)
     for name in ("timeseries.csv",):
         if not (run_dir / name).is_file():
             raise ConfigError(f"not a run folder: {name} is missing", file=str(run_dir))
@@ -42,6 +44,15 @@ def render_run_plots(run_dir: str | Path, out_dir: str | Path | None = None, *, 
         _kv(ts, title, out_dir / RUN_PLOTS[2]),
         _queues(ts, title, out_dir / RUN_PLOTS[3]),
     ]
+
+
+def run_title(run_dir: Path) -> str:
+    """The folder name, plus the axis values when it is a sweep cell (cell.json)."""
+    try:
+        values = json.loads((run_dir / "cell.json").read_text(encoding="utf-8"))["values"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return run_dir.name
+    return ", ".join(f"{short_key(k)}={value_label(v)}" for k, v in values.items()) or run_dir.name
 
 
 def run_latencies(run_dir: Path) -> tuple[np.ndarray, str]:
@@ -65,7 +76,7 @@ def _jct_cdf(values: np.ndarray, what: str, title: str, path: Path) -> Path:
     else:
         empty_note(ax, "no completed programs")
     ax.set_xlabel(f"{what} (s)")
-    ax.set_ylabel("fraction of completed (CDF)")
+    ax.set_ylabel(f"fraction of {'programs' if what == 'program JCT' else 'requests'} (CDF)")
     ax.set_ylim(0, 1.02)
     ax.set_title(f"{what} CDF - {title}")
     ax.grid(alpha=0.3)
@@ -80,7 +91,7 @@ def _throughput(ts: dict, title: str, path: Path) -> Path:
         _, gen = sum_by_time(ts["time_s"], ts["generation_tokens_per_s"])
         ax.plot(t, prompt, label="prompt (prefill) tokens/s", lw=1)
         ax.plot(t, gen, label="generation (decode) tokens/s", lw=1)
-        ax.legend(loc="upper right")
+        legend_below(ax)
     else:
         empty_note(ax, "empty timeseries")
     ax.set_xlabel("simulated time (s)")
@@ -98,7 +109,7 @@ def _kv(ts: dict, title: str, path: Path) -> Path:
         mask = ts["instance"] == instance
         ax.plot(ts["time_s"][mask], util[mask], lw=1, label=f"instance {int(instance)}")
     if ts["time_s"].size:
-        ax.legend(loc="upper right")
+        legend_below(ax, ncol=min(4, len(ax.lines)))
     else:
         empty_note(ax, "empty timeseries")
     ax.set_xlabel("simulated time (s)")
@@ -117,11 +128,11 @@ def _queues(ts: dict, title: str, path: Path) -> Path:
         _, waiting = sum_by_time(ts["time_s"], ts["waiting"])
         ax.plot(t, running, label="running", lw=1)
         ax.plot(t, waiting, label="waiting", lw=1)
-        ax.legend(loc="upper right")
+        legend_below(ax)
     else:
         empty_note(ax, "empty timeseries")
     ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("calls in engine queue (count)")
-    ax.set_title(f"Queue lengths, all instances - {title}")
+    ax.set_ylabel("calls (count)")
+    ax.set_title(f"Running and waiting calls, all instances - {title}")
     ax.grid(alpha=0.3)
     return save(fig, path)

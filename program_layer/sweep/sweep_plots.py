@@ -17,7 +17,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from program_layer.sweep.grid import Axis, Cell, canonical_json, matches, short_key, value_label
-from program_layer.sweep.plot_io import as_percent, ecdf, empty_note, mean_by_time, new_figure, read_columns, save
+from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, legend_below, mean_by_time, new_figure,
+                                         read_columns, save)
 from program_layer.sweep.results import cell_dir
 from program_layer.sweep.run_plots import run_latencies
 
@@ -33,7 +34,7 @@ def render_sweep_plots(out_dir: str | Path, axes: Sequence[Axis], cells: Sequenc
     rate = next((a for a in axes if a.key.endswith("rate_jps")), None)
     if rate is not None:
         paths.append(_jct_vs_rate(out_dir, axes, rate, results, name))
-    paths.append(_kv(out_dir, select_cells(cells, kv_cells, ok), name))
+    paths.append(_kv(out_dir, axes, select_cells(cells, kv_cells, ok), name))
     return paths
 
 
@@ -45,6 +46,15 @@ def select_cells(cells: Sequence[Cell], selectors: Sequence, ok: Sequence[Cell])
     chosen = [c for c in cells if c.cell_id in ok_ids and any(
         c.cell_id == s if isinstance(s, str) else matches(c, s) for s in selectors)]
     return sorted(chosen, key=lambda c: c.index)
+
+
+def compact_label(cell: Cell, keys: Sequence[str]) -> str:
+    """'ttl / plas' - the cell's values on ``keys``; legend_title names the keys in order."""
+    return " / ".join(value_label(cell.values[k]) for k in keys) or "base"
+
+
+def legend_title(keys: Sequence[str]) -> str:
+    return " / ".join(short_key(k) for k in keys)
 
 
 def _line_and_panel_keys(axes: Sequence[Axis]) -> tuple[list[str], list[Axis]]:
@@ -73,10 +83,11 @@ def _jct_cdf(out_dir: Path, axes: Sequence[Axis], ok: Sequence[Cell], name: str)
             values, what = run_latencies(cell_dir(out_dir, cell.cell_id))
             x, y = ecdf(values)
             if x.size:
-                ax.step(x, y, where="post", lw=1.2, label=f"{cell.label(line_keys)} ({x.mean():.0f} s)")
+                ax.step(x, y, where="post", lw=1.2, label=f"{compact_label(cell, line_keys)} ({x.mean():.0f} s)")
                 drawn += 1
-        if drawn:
-            ax.legend(fontsize="small", loc="lower right", title="cell (mean JCT)", title_fontsize="small")
+        if drawn:  # CDFs rise to the right: the upper left stays free
+            ax.legend(fontsize="small", loc="upper left", title=legend_title(line_keys) + " (mean JCT)",
+                      title_fontsize="small")
         else:
             empty_note(ax, "no finished cells")
         ax.set_xlabel("program JCT (s)")
@@ -104,10 +115,10 @@ def _jct_vs_rate(out_dir: Path, axes: Sequence[Axis], rate: Axis, results: Seque
                 xs.append(float(value))
                 ys.append(row["jct_mean_s"])
         if xs:
-            label = ", ".join(f"{short_key(k)}={value_label(v)}" for k, v in fixed.items()) or "mean JCT"
+            label = " / ".join(value_label(v) for v in fixed.values()) or "mean JCT"
             ax.plot(xs, ys, marker="o", label=label)
     if ax.lines:
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", title=legend_title([a.key for a in others]) or None, title_fontsize="small")
     else:
         empty_note(ax, "no finished cells")
     ax.set_xlabel("arrival rate (programs/s)")
@@ -117,17 +128,19 @@ def _jct_vs_rate(out_dir: Path, axes: Sequence[Axis], rate: Axis, results: Seque
     return save(fig, out_dir / "plots" / "jct_vs_rate.png")
 
 
-def _kv(out_dir: Path, chosen: Sequence[Cell], name: str) -> Path:
+def _kv(out_dir: Path, axes: Sequence[Axis], chosen: Sequence[Cell], name: str) -> Path:
     fig, grid = new_figure()
     ax = grid[0, 0]
+    keys = [a.key for a in axes]
     for cell in chosen:
         path = cell_dir(out_dir, cell.cell_id) / "timeseries.csv"
         ts = read_columns(path, ["time_s", "kv_utilization"])
         t, util = mean_by_time(ts["time_s"], ts["kv_utilization"])
         if t.size:
-            ax.plot(t, as_percent(util), lw=1, label=cell.label())
+            ax.plot(t, as_percent(util), lw=1, label=compact_label(cell, keys))
     if ax.lines:
-        ax.legend(fontsize="small", loc="upper right")
+        legend_below(ax, ncol=2 if len(ax.lines) > 3 else 1, fontsize="small", title=legend_title(keys) or None,
+                     title_fontsize="small")
     else:
         empty_note(ax, "no finished cells chosen")
     ax.set_xlabel("simulated time (s)")

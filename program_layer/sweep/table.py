@@ -29,7 +29,7 @@ def effective_baseline(axes: Sequence[Axis], baseline: Mapping, rows: str | None
     if baseline:
         return dict(baseline)
     first = {a.key: a.values[0] for a in axes}
-    return {k: first[k] for k in (rows, cols) if k is not None}
+    return {k: v for k, v in first.items() if k in (rows, cols)}  # named in axis order
 
 
 def percent_change(value: float, reference: float) -> str:
