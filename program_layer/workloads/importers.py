@@ -14,7 +14,8 @@ Request arrivals are relative to the earliest kept row (for these traces, the fi
 multiplied by ``time_scale`` (0.5 = the same requests twice as fast); tool durations of programs
 are never scaled. ``limit`` keeps the first ``limit`` rows of a request trace (file order) or the
 first ``limit`` programs by arrival. Output is sorted by arrival (stable, so file order breaks
-ties). Zero output lengths are kept as they are in the trace.
+ties). A zero output length becomes 1: the engine (like vLLM, ``max_tokens >= 1``) generates at
+least one token per request, and a prefill-only row still costs that first token.
 
 Malformed input raises ``WorkloadError(..., file=path, line=n)`` naming the field; a bad
 ``limit``/``time_scale`` raises ``ConfigError`` naming ``workload.limit``/``workload.time_scale``.
@@ -60,7 +61,7 @@ def import_mooncake(path: str, *, limit: int | None, time_scale: float) -> list[
                                 f"{ts!r}", file=path, line=n)
         arrival_ns = ts * 1_000_000 if isinstance(ts, int) else int(round(ts * 1_000_000))
         input_toks = need_int(row, "input_length", path, n, minimum=1)
-        output_toks = need_int(row, "output_length", path, n)
+        output_toks = max(1, need_int(row, "output_length", path, n))
         hash_ids = need(row, "hash_ids", path, n)
         if not isinstance(hash_ids, list) or any(
                 isinstance(h, bool) or not isinstance(h, int) or h < 0 for h in hash_ids):
@@ -97,7 +98,7 @@ def import_azure(path: str, *, limit: int | None, time_scale: float) -> list[dic
         record = {c: fields[col[c]].strip() for c in AZURE_COLUMNS}
         arrival_ns = need_timestamp(record["TIMESTAMP"], "TIMESTAMP", path, n)
         rows.append({"input_toks": _csv_int(record, "ContextTokens", path, n, 1),
-                     "output_toks": _csv_int(record, "GeneratedTokens", path, n, 0),
+                     "output_toks": max(1, _csv_int(record, "GeneratedTokens", path, n, 0)),
                      "arrival_time_ns": arrival_ns})
     if header is None:
         raise WorkloadError("empty file (no header)", file=path)

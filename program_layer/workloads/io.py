@@ -65,14 +65,15 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 def check_record(obj: object, path: str, line: int) -> None:
     """Schema check of one program or request record (formats.md §4); WorkloadError naming the
-    field. Programs need a non-empty ``sub_requests``; every call's ``input_toks`` >= 1 and any
+    field. Programs need a non-empty ``sub_requests``; every call's ``input_toks`` and
+    ``output_toks`` >= 1 (as the engine's loader requires) and any
     ``reuse_prefix_toks`` <= its ``input_toks``."""
     if not isinstance(obj, dict):
         raise WorkloadError("each line must be a JSON object", file=path, line=line)
     _nonneg(obj, "arrival_time_ns", path, line)
     if "sub_requests" not in obj:
         _nonneg(obj, "input_toks", path, line, minimum=1)
-        _nonneg(obj, "output_toks", path, line)
+        _nonneg(obj, "output_toks", path, line, minimum=1)
         return
     if not isinstance(obj.get("session_id"), str):
         raise WorkloadError("field 'session_id' must be a string", file=path, line=line)
@@ -84,7 +85,7 @@ def check_record(obj: object, path: str, line: int) -> None:
         if not isinstance(sub, dict):
             raise WorkloadError(f"field {where!r} must be an object", file=path, line=line)
         _nonneg(sub, "input_toks", path, line, minimum=1, prefix=where)
-        _nonneg(sub, "output_toks", path, line, prefix=where)
+        _nonneg(sub, "output_toks", path, line, minimum=1, prefix=where)
         _nonneg(sub, "tool_duration_ns", path, line, prefix=where)
         if "reuse_prefix_toks" in sub:
             _nonneg(sub, "reuse_prefix_toks", path, line, prefix=where)

@@ -4,7 +4,7 @@ Mapping (one session = one program, rounds ordered by ``round_index``):
 
 - call k: ``input_toks = input_tokens_total``, ``output_toks = output_tokens`` (reasoning
   tokens are counted inside the providers' ``output_tokens``; ``reasoning_output_tokens`` is
-  not added again).
+  not added again). A round with 0 output tokens gets 1 (the engine generates at least one).
 - shared prefix: the engine assumes ``min(input_{k-1} + output_{k-1}, input_k)``. TraceLab's
   ``prefix_tokens`` is the provider's measured cached prefix; when it is smaller (context
   compaction, a cache boundary) call k gets ``reuse_prefix_toks = prefix_tokens``. A larger
@@ -106,7 +106,7 @@ def _parse_round(row: dict, path: str, n: int) -> dict:
         "line": n,
         "round_index": need_int(row, "round_index", path, n),
         "input": need_int(row, "input_tokens_total", path, n, minimum=1),
-        "output": need_int(row, "output_tokens", path, n),
+        "output": max(1, need_int(row, "output_tokens", path, n)),
         "prefix": None if prefix is None else as_int(prefix, "prefix_tokens", path, n),
         "first_ns": min(times) if times else None,
         "last_ns": max(times) if times else None,

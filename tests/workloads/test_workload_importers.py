@@ -159,3 +159,15 @@ def test_bad_format_limit_scale_and_missing_file(tmp_path):
     with pytest.raises(WorkloadError) as err:
         import_trace("mooncake", missing)
     assert err.value.file == missing
+
+
+def test_zero_output_becomes_one_token(tmp_path):
+    """The engine generates at least one token per call (vLLM max_tokens >= 1)."""
+    az = _write(tmp_path, "a.csv", ["TIMESTAMP,ContextTokens,GeneratedTokens",
+                                    "2023-11-16 18:17:03.9,10,0"])
+    assert import_trace("azure", az)[0]["output_toks"] == 1
+    mc = _write(tmp_path, "m.jsonl",
+                ['{"timestamp": 0, "input_length": 10, "output_length": 0, "hash_ids": [0]}'])
+    assert import_trace("mooncake", mc)[0]["output_toks"] == 1
+    tl = _write(tmp_path, "t.jsonl", [_tracelab_row(output_tokens=0)])
+    assert import_trace("tracelab", tl)[0]["sub_requests"][0]["output_toks"] == 1

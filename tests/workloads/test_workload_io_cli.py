@@ -110,3 +110,13 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys, monkeypatch, argv, nee
     assert cli_main(["workload", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_package_exports_are_lazy():
+    import subprocess
+    import sys
+    code = ("import sys, program_layer.workloads.cli; assert 'numpy' not in sys.modules; "
+            "from program_layer.workloads import generate_programs, import_trace, IMPORTERS, "
+            "GENERATORS, write_jsonl, read_jsonl, workload_stats; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
