@@ -28,8 +28,12 @@ from program_layer.sweep.grid import Axis, Cell, canonical_json, expand
 
 SPEC_KEYS = ("name", "base", "axes", "baseline", "table", "plots")
 # Top-level config sections (the run contract). An axis may also start with any key the base has.
-CONFIG_SECTIONS = frozenset({"model", "hardware", "profiles", "parallelism", "instances", "engine",
-                             "workload", "policies", "seed"})
+try:  # the simulator's own list when available, so new config sections need no change here
+    from program_layer.config import TOP_KEYS as _TOP_KEYS
+    CONFIG_SECTIONS = frozenset(_TOP_KEYS)
+except ImportError:  # pragma: no cover - config module not built
+    CONFIG_SECTIONS = frozenset({"model", "hardware", "profiles", "parallelism", "instances", "engine",
+                                 "workload", "policies", "seed"})
 _SEGMENT = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 

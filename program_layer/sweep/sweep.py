@@ -64,6 +64,8 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
     out_dir = Path(out_dir)
     cells = spec.cells()
     _check_unique(cells, spec.source)
+    if runner == DEFAULT_RUNNER:
+        validate_cells(spec, cells)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_manifest(out_dir, name=spec.name, source=spec.source, axes=spec.axes, baseline=spec.baseline,
                    table_rows=spec.table_rows, table_cols=spec.table_cols, kv_cells=spec.kv_cells, cells=cells)
@@ -121,6 +123,24 @@ def _settle(cell: Cell, outcome: Any, out_dir: Path) -> CellOutcome:
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(folder / ERROR, outcome.error + "\n")
     return outcome
+
+
+def validate_cells(spec: SweepSpec, cells: Sequence[Cell]) -> None:
+    """Check every cell's config with the simulator's own validator before running anything,
+    so a mistyped key or value stops the sweep at once, named by spec file and key.
+    (Errors found only while simulating, e.g. an unknown policy name, fail just that cell.)"""
+    try:
+        from program_layer.config import validate_config
+    except ImportError:
+        return
+    for cell in cells:
+        try:
+            validate_config(dict(cell.config))
+        except ConfigError as exc:
+            key = exc.key or ""
+            axis = next((k for k in cell.values if key == k or key.startswith(k + ".")), None)
+            where = f"axes.{axis}" if axis else (f"base.{key}" if key else "base")
+            raise ConfigError(f"cell {cell.label()}: {exc.message}", file=spec.source, key=where) from None
 
 
 def _check_unique(cells: Sequence[Cell], source: str) -> None:
