@@ -1,0 +1,165 @@
+"""The one way to load a run configuration (YAML file or mapping).
+
+Every key is declared here with its type and default; an unknown key or a wrong type is a
+:class:`ConfigError` naming the key (and the file and line when the config came from a
+file). Engine defaults follow vLLM 0.19 ``vllm serve`` (vllm-v1-semantics.md §1) and are
+resolved against the device in :func:`resolve_engine`.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from llmservingsim.errors import ConfigError
+
+_NUM = (int, float)
+# key -> (accepted types, default); None default = resolved later / optional
+ENGINE_KEYS = {
+    "max_num_seqs": ((int,), None),
+    "max_num_batched_tokens": ((int,), None),
+    "block_size": ((int,), 16),
+    "gpu_memory_utilization": (_NUM, 0.9),
+    "kv_pool_tokens": ((int,), None),
+    "enable_prefix_caching": ((bool,), True),
+    "enable_chunked_prefill": ((bool,), True),
+    "long_prefill_token_threshold": ((int,), 0),
+    "scheduling_policy": ((str,), None),       # fcfs | priority; default from the scheduling policy
+    "async_scheduling": ((bool,), True),
+    "max_model_len": ((int,), None),
+}
+TOP_KEYS = {
+    "model": ((str,), "meta-llama/Llama-3.1-8B"),
+    "hardware": ((str,), "RTXPRO6000"),
+    "profiles": ((str,), None),
+    "parallelism": ((dict,), None),
+    "instances": ((int,), 1),
+    "engine": ((dict,), None),
+    "workload": ((dict,), None),
+    "policies": ((dict,), None),
+    "seed": ((int,), 0),
+    "name": ((str,), None),
+}
+PARALLELISM_KEYS = {"tp": ((int,), 1), "pp": ((int,), 1)}
+POLICY_KEYS = {"retention": ((str, dict), "cache-lru"), "scheduling": ((str, dict), "fcfs"),
+               "routing": ((str, dict), "round-robin")}
+WORKLOAD_KEYS = {
+    "path": ((str,), None), "generator": ((str,), None), "trace": ((str,), None),
+    "programs": ((int,), None), "rate_jps": (_NUM, None), "seed": ((int,), None),
+    "limit": ((int,), None), "time_scale": (_NUM, None), "params": ((dict,), None),
+}
+
+
+class _Lines:
+    """Map dotted key paths to YAML line numbers for error messages."""
+
+    def __init__(self, text: Optional[str]):
+        self.lines: dict[str, int] = {}
+        if text:
+            try:
+                self._walk(yaml.compose(text), "")
+            except yaml.YAMLError:
+                pass
+
+    def _walk(self, node, prefix):
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                path = f"{prefix}{k.value}"
+                self.lines[path] = k.start_mark.line + 1
+                self._walk(v, path + ".")
+
+    def get(self, key: str) -> Optional[int]:
+        return self.lines.get(key)
+
+
+def _check(section: dict, schema: dict, prefix: str, src: Optional[str], lines: _Lines) -> dict:
+    out = {}
+    for key, value in section.items():
+        full = f"{prefix}{key}"
+        if key not in schema:
+            raise ConfigError(f"unknown key (valid: {', '.join(sorted(schema))})", file=src,
+                              line=lines.get(full), key=full)
+        types, _ = schema[key]
+        if value is not None and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            want = " or ".join(t.__name__ for t in types)
+            raise ConfigError(f"expected {want}, got {type(value).__name__} ({value!r})", file=src,
+                              line=lines.get(full), key=full)
+        out[key] = value
+    for key, (_, default) in schema.items():
+        if out.get(key) is None:
+            out[key] = copy.deepcopy(default)
+    return out
+
+
+def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[str] = None) -> dict:
+    """Validated copy of a config mapping with every default filled in."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError("a config must be a mapping of keys", file=source)
+    lines = _Lines(text)
+    cfg = _check(raw, TOP_KEYS, "", source, lines)
+    cfg["parallelism"] = _check(cfg["parallelism"] or {}, PARALLELISM_KEYS, "parallelism.", source, lines)
+    cfg["engine"] = _check(cfg["engine"] or {}, ENGINE_KEYS, "engine.", source, lines)
+    cfg["policies"] = _check(cfg["policies"] or {}, POLICY_KEYS, "policies.", source, lines)
+    wl = cfg["workload"]
+    if wl is None:
+        raise ConfigError("missing workload (give workload.path or workload.generator)", file=source, key="workload")
+    wl = _check(wl, WORKLOAD_KEYS, "workload.", source, lines)
+    sources = [k for k in ("path", "generator") if wl.get(k)]
+    if len(sources) != 1:
+        raise ConfigError("give exactly one of workload.path (JSONL, or a trace with workload.trace) "
+                          "and workload.generator", file=source, line=lines.get("workload"), key="workload")
+    cfg["workload"] = {k: v for k, v in wl.items() if v is not None}
+    for key, minimum in (("parallelism.tp", 1), ("parallelism.pp", 1), ("instances", 1)):
+        sec, _, name = key.rpartition(".")
+        val = (cfg[sec] if sec else cfg)[name]
+        if val < minimum:
+            raise ConfigError(f"must be >= {minimum}", file=source, line=lines.get(key), key=key)
+    eng = cfg["engine"]
+    for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_pool_tokens", "max_model_len"):
+        if eng[name] is not None and eng[name] < 1:
+            raise ConfigError("must be >= 1", file=source, line=lines.get(f"engine.{name}"), key=f"engine.{name}")
+    if not 0 < eng["gpu_memory_utilization"] <= 1:
+        raise ConfigError("must be in (0, 1]", file=source, key="engine.gpu_memory_utilization")
+    if eng["scheduling_policy"] not in (None, "fcfs", "priority"):
+        raise ConfigError("must be fcfs or priority", file=source, key="engine.scheduling_policy")
+    return cfg
+
+
+def load_config(path) -> dict:
+    """Read and validate a YAML config file; relative paths inside stay relative to it."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config: {exc.strerror}", file=str(path)) from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
+                          line=(mark.line + 1) if mark else None) from None
+    cfg = validate_config(raw, source=str(path), text=text)
+    cfg["_base_dir"] = str(path.resolve().parent)
+    cfg["_source"] = str(path)
+    return cfg
+
+
+def resolve_engine(engine: dict, device_memory_gib: float, gpu_name: str, model_max_len: int,
+                   scheduling_engine_args: dict) -> dict:
+    """Fill vLLM 0.19 ``vllm serve`` defaults that depend on the device (EngineArgs batch
+    defaults: >= 70 GiB and not an A100 -> 8192 tokens / 1024 seqs, else 2048 / 256)."""
+    e = dict(engine)
+    big = device_memory_gib >= 70 and "A100" not in gpu_name
+    if e["max_num_seqs"] is None:
+        e["max_num_seqs"] = 1024 if big else 256
+    e["max_model_len"] = e["max_model_len"] or model_max_len
+    if e["max_num_batched_tokens"] is None:
+        e["max_num_batched_tokens"] = min(8192 if big else 2048, e["max_num_seqs"] * e["max_model_len"])
+    e["max_num_seqs"] = min(e["max_num_seqs"], e["max_num_batched_tokens"])
+    if e["scheduling_policy"] is None:
+        e["scheduling_policy"] = scheduling_engine_args.get("scheduling_policy", "fcfs")
+    return e

@@ -1,0 +1,189 @@
+"""Build and run one simulation from a validated config; write its outputs.
+
+``run_config`` is the single entry point used by the CLI, sweeps and the policy-search
+evaluator. Layers meet only here: the engine (``llmservingsim``) is built from the config,
+the program layer's Orchestrator drives it through the engine API and the four hooks.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from hooks import Hooks
+from llmservingsim.cluster import Cluster
+from llmservingsim.errors import ConfigError
+from llmservingsim.events import EventLoop
+from llmservingsim.hardware import load_device
+from llmservingsim.instance import Instance
+from llmservingsim.kv_cache_manager import KVCacheManager
+from llmservingsim.memory_model import plan_memory
+from llmservingsim.metrics import MetricsCollector
+from llmservingsim.model_config import load_model
+from llmservingsim.perf_model import PerformanceModel
+from llmservingsim.power import PowerModel
+from llmservingsim.profiles import load_bundle
+from llmservingsim.scheduler import Scheduler, SchedulerConfig
+from llmservingsim.step_timer import StepTimer
+
+from . import outputs
+from .config import resolve_engine, validate_config
+from .dispatch import DispatchPlane
+from .orchestrator import Orchestrator
+from .policies import load_policy
+from .policies.builtin_retention import CacheLRU
+from .program_hooks import ProgramHooks
+from .retention import RetentionPlane
+from .workload_io import load_workload
+
+
+@dataclass
+class Simulation:
+    cfg: dict
+    engine: dict
+    cluster: Cluster
+    orchestrator: Orchestrator
+    programs: list
+    metrics: MetricsCollector
+    memory: object
+    model: object
+    device: object
+    timer: StepTimer
+    workload_source: str
+
+    def run(self) -> None:
+        self.orchestrator.start()
+        self.cluster.run()
+
+
+def _comm_model(model, device, tp: int, pp: int):
+    if tp == 1 and pp == 1:
+        return None
+    from llmservingsim.execution_graph import GraphCommModel
+    return GraphCommModel(model, device, tp, pp)
+
+
+def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
+                     profiles: Optional[str] = None, trace_steps: bool = False) -> Simulation:
+    cfg = config if "_validated" in config else validate_config({k: v for k, v in config.items() if not k.startswith("_")})
+    base = Path(base_dir or config.get("_base_dir") or ".")
+    if seed is not None:
+        cfg["seed"] = seed
+    policies = {axis: load_policy(axis, cfg["policies"][axis], base_dir=base)
+                for axis in ("retention", "scheduling", "routing")}
+    model = load_model(cfg["model"])
+    device = load_device(cfg["hardware"] if not Path(cfg["hardware"]).suffix else str(base / cfg["hardware"]))
+    tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
+    dispatch = DispatchPlane(policies["routing"], policies["scheduling"], cfg["instances"])
+    engine = resolve_engine(cfg["engine"], device.memory_gib, device.gpu, model.max_model_len, dispatch.engine_args)
+    prof_root = profiles or cfg.get("profiles")
+    if prof_root and not Path(prof_root).is_absolute():
+        prof_root = str(base / prof_root)
+    bundle = load_bundle(device.name, model.name, tp, root=Path(prof_root) if prof_root else None)
+    mem = plan_memory(model, device.memory_gib, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
+                      engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"])
+    if mem.num_blocks < 2:
+        raise ConfigError(f"no memory left for the KV cache: {mem.describe()}", key="engine.gpu_memory_utilization")
+    if mem.kv_pool_tokens < engine["max_model_len"] and cfg["engine"]["max_model_len"] is None:
+        engine["max_model_len"] = mem.kv_pool_tokens    # vLLM would refuse; cap like --max-model-len
+    perf = PerformanceModel(model, bundle, pp)
+    timer = StepTimer(perf, _comm_model(model, device, tp, pp))
+    program_hooks = ProgramHooks()
+    hooks = program_hooks.as_hooks()
+    if engine["scheduling_policy"] != "priority":
+        hooks.priority = None
+    if type(policies["retention"]) is CacheLRU:      # vLLM's own behaviour: pay nothing
+        hooks.retention = hooks.victim_protection = hooks.residency = None
+    loop = EventLoop()
+    cluster = Cluster(loop, hooks)
+    metrics = MetricsCollector(cfg["instances"], trace=trace_steps)
+    sched_cfg = SchedulerConfig(engine["max_num_seqs"], engine["max_num_batched_tokens"],
+                                engine["long_prefill_token_threshold"], engine["enable_chunked_prefill"],
+                                engine["scheduling_policy"], engine["max_model_len"])
+    for i in range(cfg["instances"]):
+        kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
+                            clock=lambda: loop.now, hooks=hooks, instance=i)
+        cluster.instances.append(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
+                                          engine["async_scheduling"], cluster.finished, metrics.on_step))
+    programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
+    orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
+    return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source)
+
+
+def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
+    jct = [r["jct_s"] for r in progs if r["jct_s"] != ""]
+    end_ns = sim.cluster.now_ns
+    first = min((p.arrival_ns for p in sim.programs), default=0)
+    last = max((p.arrival_ns for p in sim.programs), default=0)
+    makespan = (end_ns - first) / 1e9
+    stats = [inst.kv.prefix_stats for inst in sim.cluster.instances]
+    queries = sum(s.queries for s in stats)
+    hits = sum(s.hits for s in stats)
+    power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
+    energy = sum(power.energy_j(inst.busy_ns, max(end_ns - inst.busy_ns, 0)) for inst in sim.cluster.instances)
+    gen = sum(r["output_tokens"] for r in calls)
+    prompt = sum(r["input_tokens"] - r["cached_tokens"] for r in calls)
+    return {
+        "programs": len(progs), "calls": len(calls),
+        "makespan_s": round(makespan, 9), "arrival_span_s": round((last - first) / 1e9, 9),
+        "jct_s": outputs.percentiles(jct),
+        "ttft_s": outputs.percentiles([r["ttft_s"] for r in calls]),
+        "tpot_s": outputs.percentiles([r["tpot_s"] for r in calls if r["output_tokens"] > 1]),
+        "e2e_s": outputs.percentiles([r["e2e_s"] for r in calls]),
+        "queueing_s": outputs.percentiles([r["queueing_s"] for r in calls]),
+        "throughput": {"output_tokens_per_s": round(gen / makespan, 6) if makespan else 0.0,
+                       "prompt_tokens_per_s": round(prompt / makespan, 6) if makespan else 0.0,
+                       "programs_per_s": round(len(progs) / makespan, 9) if makespan else 0.0},
+        "preemptions": sum(r["preemptions"] for r in calls),
+        "prefix_cache_hit_rate": round(hits / queries, 6) if queries else 0.0,
+        "kv_pool_tokens": sim.memory.kv_pool_tokens,
+        "energy_j": round(energy, 3),
+        "steps": sum(inst.num_steps for inst in sim.cluster.instances),
+        "engine": {k: sim.engine[k] for k in sorted(sim.engine)},
+        "workload": sim.workload_source if not Path(sim.workload_source).is_absolute() else Path(sim.workload_source).name,
+    }
+
+
+def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = None) -> dict:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)
+    progs = outputs.program_rows(sim.orchestrator.program_results())
+    outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS, calls)
+    outputs.write_csv(out_dir / "programs.csv", outputs.PROGRAM_COLUMNS, progs)
+    power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
+    ts = sim.metrics.rows(sim.cluster.now_ns, sim.memory.kv_bytes_per_token * sim.memory.block_size,
+                          sim.memory.weight_bytes * sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"], power)
+    cols = ["time_s", "instance", "running", "waiting", "kv_utilization", "memory_used_gib",
+            "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
+    outputs.write_csv(out_dir / "timeseries.csv", cols, ts)
+    if trace_steps is not None and sim.metrics.trace_rows is not None:
+        import csv
+        with open(trace_steps, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(["instance", "step", "start_s", "duration_s", "prefills", "prefill_tokens", "decodes",
+                        "sequences", "compute_s", "exposed_comm_s", "overhead_s"])
+            for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows:
+                w.writerow([i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp), fmt_ns(comm), fmt_ns(ovh)])
+    summary = summarize(sim, calls, progs)
+    outputs.write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def fmt_ns(ns: int) -> str:
+    return outputs.fmt(ns / 1e9)
+
+
+def run_config(config: dict, out_dir, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
+               step_mode: bool = False, quiet: bool = True, profiles: Optional[str] = None,
+               trace_steps: Optional[Path] = None) -> dict:
+    """Simulate ``config`` and write calls.csv, programs.csv, timeseries.csv, summary.json."""
+    t0 = time.perf_counter()
+    sim = build_simulation(config, base_dir=base_dir, seed=seed, profiles=profiles,
+                           trace_steps=trace_steps is not None)
+    sim.run()
+    summary = write_outputs(sim, Path(out_dir), trace_steps)
+    if not quiet:
+        print(f"simulated {summary['makespan_s']:.1f} s in {time.perf_counter() - t0:.2f} s wall")
+    return summary
