@@ -7,31 +7,24 @@ platform. Nothing here owns randomness: same generator state in, same values out
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 
 NS_PER_S = 1_000_000_000
-_STD_NORMAL = NormalDist()
 
 
 def stratified_uniforms(rng: np.random.Generator, n: int) -> list[float]:
     """The ``n`` stratum midpoints ``(i + 0.5) / n`` in random order.
 
-    Used for per-program quantities (program length, verbosity): feeding them to a quantile
-    function gives a 50-program workload exactly the target distribution's shape (median, mean,
-    tail) for every seed, with only the order random. Plain iid draws give the median of 50
+    Used where a few draws dominate a workload statistic (program lengths, slow tool durations):
+    feeding them to a quantile function gives a 50-program workload exactly the target
+    distribution's shape (median, mean, tail) for every seed, with only the order random. Plain iid draws give the median of 50
     lognormal lengths a ~10% standard error, and one extreme draw of a length moves the summed
     context tokens (which grow with length squared) by ~10%.
     """
     u = (np.arange(n) + 0.5) / n
     rng.shuffle(u)
     return [float(x) for x in u]
-
-
-def lognormal_quantile(u: float, median: float, sigma: float) -> float:
-    """Inverse CDF of a lognormal with the given median and log-space sigma."""
-    return median * math.exp(sigma * _STD_NORMAL.inv_cdf(u))
 
 
 def lognormal_int(rng: np.random.Generator, median: float, sigma: float, lo: int, hi: int) -> int:
