@@ -85,9 +85,11 @@ class RetentionPlane:
             raw = self.policy.eviction_key(EntryView(entry, now_ns, program), now_ns / NS_PER_S)
             parts = raw if isinstance(raw, tuple) else (raw,)
             for i, part in enumerate(parts):
-                as_finite(part, f"eviction_key element {i}")
+                if not isinstance(part, bool):      # eq. 5's indicator is a fine element
+                    as_finite(part, f"eviction_key element {i}")
         except Exception as exc:
-            raise policy_error("retention", self.policy, program, now_ns,
+            where = program if program is not None else f"owner {entry.owner}"
+            raise policy_error("retention", self.policy, where, now_ns,
                                f"eviction_key: {describe_exception(exc)}") from exc
         return tuple(parts) + (entry.seq,)
 

@@ -15,9 +15,10 @@ class InvalidDecision(Exception):
 
 
 def policy_error(axis: str, policy: object, view, now_ns: int, detail: str) -> PolicyError:
-    """One line naming the policy, the program, the call and the simulated time."""
+    """One line naming the policy, the program, the call and the simulated time. ``view`` is
+    the PCB view the policy was given, or a string naming the program when there is none."""
     detail = " ".join(str(detail).split())
-    where = "unknown program" if view is None else (
+    where = view if isinstance(view, str) else (
         f"program {view.session_id!r} call {view.call_index}")
     return PolicyError(f"{axis} policy {policy_label(policy)} failed for {where} at "
                        f"t={now_ns / NS_PER_S:.9f} s: {detail}", key=f"policies.{axis}")

@@ -92,7 +92,8 @@ def _split_spec(spec: Any, axis: str, key: str) -> tuple[str, dict]:
 
 def _checked_params(cls: type, params: dict, key: str) -> dict:
     sig = inspect.signature(cls.__init__)
-    allowed = [p for p in sig.parameters if p != "self"]
+    allowed = [n for n, p in sig.parameters.items() if n != "self" and p.kind in (
+        p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         valid = ", ".join(allowed) if allowed else "none"
@@ -147,9 +148,9 @@ def _exec_file(path: Path, key: str):
     except SyntaxError as exc:
         sys.modules.pop(mod_name, None)
         raise ConfigError(f"syntax error in policy file: {exc.msg}", file=str(path),
-                          line=exc.lineno) from None
+                          line=exc.lineno, key=key) from None
     except Exception as exc:
         sys.modules.pop(mod_name, None)
         raise ConfigError(f"policy file raised while loading: {type(exc).__name__}: {exc}",
-                          file=str(path)) from None
+                          file=str(path), key=key) from None
     return module
