@@ -49,7 +49,7 @@ def test_failed_policy_is_a_result_with_error(tmp_path, cell, capsys):
                                          "        return 'maybe'\n")
     result = run([str(path)] + common(cell, tmp_path), capsys)    # class found from the base
     assert result["status"] == "error" and result["combined_score"] == 0.0
-    assert "invalid" in result["error"]
+    assert "PolicyError" in result["error"] and "'maybe'" in result["error"]
 
 
 def test_axis_of_a_class_deriving_from_a_user_class_is_probed(tmp_path, cell, capsys):

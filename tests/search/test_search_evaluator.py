@@ -51,7 +51,7 @@ def test_protecting_beats_evict_always(tmp_path, cell):
     ("import_error", 'return "evict"', "import no_such_module_xyz", "error", "ModuleNotFoundError"),
     ("syntax_error", 'return (', "", "error", "SyntaxError"),
     ("raises", "return 1 / 0", "", "error", "ZeroDivisionError"),
-    ("invalid", 'return "keep-forever"', "", "error", "invalid"),
+    ("invalid", 'return "keep-forever"', "", "error", "keep-forever"),
     ("causal", "return ('protect', now + pcb.output_tokens)", "", "error", ""),
     ("timeout", "while True: pass", "", "timeout", "timeout"),
     ("memory", "return ('protect', now + len(bytearray(64 * 1024 ** 3)))", "", "error", "MemoryError"),
@@ -105,8 +105,8 @@ def test_cache_key_changes_with_seed_source_and_cell(tmp_path, cell):
     moved = tmp_path / "sub" / "cell.yaml"      # same content, other folder
     moved.write_text(open(cell.path).read())
     assert ev.seed_cache_key(settings(tmp_path, cell, cell=str(moved))) != k1
-    edited = tmp_path / "edited.yaml"
-    edited.write_text(open(cell.path).read().replace("programs: 4", "programs: 5"))
+    edited = tmp_path / "sub" / "edited.yaml"
+    edited.write_text(open(cell.path).read() + "seed: 1\n")
     assert ev.seed_cache_key(settings(tmp_path, cell, cell=str(edited))) != k1
 
 
