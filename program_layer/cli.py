@@ -26,12 +26,15 @@ SUBCOMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """All subcommands; ``only`` imports just that one's module (the others stay listed)."""
     parser = argparse.ArgumentParser(prog="agentservesim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text)
         p.set_defaults(_module=module)
+        if only is not None and name != only:
+            continue
         try:
             importlib.import_module(module).add_arguments(p)
         except ModuleNotFoundError as exc:  # a subcommand whose module is not built yet
@@ -46,7 +49,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         argv = ["run"]
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv[0] in SUBCOMMANDS else None)
     args = parser.parse_args(argv)
     if getattr(args, "_missing", None):
         print(f"agentservesim {args.command}: not available ({args._missing})", file=sys.stderr)

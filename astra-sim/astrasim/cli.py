@@ -26,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--remote-memory-configuration", required=True, help="remote-memory JSON")
     p.add_argument("--comm-group-configuration", default=None, help="comm-group JSON (optional)")
     p.add_argument("--logging-folder", default=None, help="folder for log.log (optional)")
+    p.add_argument("--network-backend", default="analytical", choices=("analytical", "congestion_aware"),
+                   help="astrasim extension: congestion-unaware (default) or congestion-aware (1-D)")
     # accepted for compatibility with upstream command lines; no effect here
     for flag in ("--logging-configuration", "--num-queues-per-dim", "--comm-scale",
                  "--injection-scale", "--rendezvous-protocol"):
@@ -38,7 +40,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> list[str]:
     from . import SystemSimulator, load_comm_groups, load_network, load_remote_memory, load_system, read_workload
 
     a = _parser().parse_args(argv)
-    network = load_network(a.network_configuration)
+    network = load_network(a.network_configuration, a.network_backend)
     system = load_system(a.system_configuration)
     memory = load_remote_memory(a.remote_memory_configuration)
     groups = {}

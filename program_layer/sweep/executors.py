@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -76,7 +77,8 @@ class LocalExecutor(Executor):
         if not tasks:
             return
         self._pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)),
-                                         mp_context=multiprocessing.get_context("spawn"))
+                                         mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_ignore_sigint)
         futures = {self._pool.submit(fn, task): position for position, task in enumerate(tasks)}
         pending = set(futures)
         try:
@@ -89,13 +91,36 @@ class LocalExecutor(Executor):
                         result = ExecutorFailure(f"worker failed: {type(exc).__name__}: {exc}")
                     yield futures[future], result
         finally:
-            for future in pending:
-                future.cancel()
+            if pending:  # interrupted (Ctrl-C) or abandoned: stop running cells now
+                self._terminate()
+
+    def _terminate(self) -> None:
+        """Cancel queued cells and kill the workers; their unfinished cells have no ``done``
+        marker, so the next invocation runs them again."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if hasattr(pool, "terminate_workers"):  # Python >= 3.14
+            pool.terminate_workers()
+            return
+        # No public way to reach the workers before 3.14; _processes maps pid -> Process.
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.join(timeout=5)
 
     def close(self):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _ignore_sigint() -> None:
+    """Pool worker initializer: Ctrl-C reaches the whole process group, but only the driver
+    should react (it then terminates the workers), so a half-written cell is never reported."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class RayExecutor(Executor):

@@ -11,9 +11,14 @@ The phase ends when the slowest rank is done. With equal message costs ``c`` thi
     T = K*c + (K+1)*E + R*3*floor(m/M)      (K steps, R reducing steps)
 
 which for ring all-reduce gives formats.md's ``2(n-1)*c + (n-1)*3*floor(m/M) + (2n-1)*E``.
+
+On a congestion-aware backend the same rank logic runs as a small event simulation in which
+every message is forwarded link by link through FIFO links (:func:`phase_ns_links`), so
+messages of one phase that share a link queue behind each other.
 """
 from __future__ import annotations
 
+import heapq
 from typing import Sequence
 
 from ..network.base import NetworkBackend
@@ -32,6 +37,8 @@ def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
     n = len(members)
     if n <= 1 or not plan.steps:
         return 0
+    if network.congestion_aware:
+        return phase_ns_links(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs)
     e = endpoint_delay_ns
     ready = [e] * n
     cost_cache: dict[tuple[int, int, int], int] = {}
@@ -55,3 +62,60 @@ def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
             new[i] = arrive + tail
         ready = new
     return max(ready)
+
+
+def phase_ns_links(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
+                   endpoint_delay_ns: int, local_mem_bw_gbs: float) -> int:
+    """Event-driven version of :func:`phase_ns` with per-link FIFO queueing."""
+    n, steps, e = len(members), plan.steps, endpoint_delay_ns
+    tails = [e + (reduction_ns(s.size, local_mem_bw_gbs) if s.reduce else 0) for s in steps]
+    got = [[0] * len(steps) for _ in range(n)]
+    last = [[0] * len(steps) for _ in range(n)]
+    injected: list[list] = [[None] * len(steps) for _ in range(n)]
+    finish = [0] * n
+    link_free: dict = {}
+    events: list = []
+    seq = 0
+
+    def push(t, *item):
+        nonlocal seq
+        heapq.heappush(events, (t, seq) + item)
+        seq += 1
+
+    def maybe_done(i, k):
+        start = injected[i][k]
+        if start is None or got[i][k] < len(steps[k].offsets):
+            return
+        done = max(start, last[i][k]) + tails[k]
+        if k + 1 < len(steps):
+            push(done, "inject", i, k + 1)
+        else:
+            finish[i] = done
+
+    for i in range(n):
+        push(e, "inject", i, 0)
+    while events:
+        t, _, kind, *rest = heapq.heappop(events)
+        if kind == "inject":
+            i, k = rest
+            injected[i][k] = t
+            step = steps[k]
+            for off in step.offsets:
+                j = (i ^ off) if step.xor else (i + off) % n
+                push(t, "hop", j, k, network.hop_times(members[i], members[j], step.size), 0)
+            maybe_done(i, k)
+        elif kind == "hop":
+            j, k, hops, h = rest
+            link, busy, transit = hops[h]
+            start = max(t, link_free.get(link, 0))
+            link_free[link] = start + busy
+            if h + 1 < len(hops):
+                push(start + transit, "hop", j, k, hops, h + 1)
+            else:
+                push(start + transit, "arrive", j, k)
+        else:  # arrive
+            j, k = rest
+            got[j][k] += 1
+            last[j][k] = max(last[j][k], t)
+            maybe_done(j, k)
+    return max(finish)

@@ -1,5 +1,6 @@
 """Network backends behind one interface (:class:`NetworkBackend`)."""
 from .analytical import AnalyticalNetwork, analytical_network_from_link, bandwidth_bytes_per_ns
 from .base import NetworkBackend
+from .congestion_aware import CongestionAwareNetwork
 
-__all__ = ["AnalyticalNetwork", "NetworkBackend", "analytical_network_from_link", "bandwidth_bytes_per_ns"]
+__all__ = ["AnalyticalNetwork", "CongestionAwareNetwork", "NetworkBackend", "analytical_network_from_link", "bandwidth_bytes_per_ns"]

@@ -32,6 +32,19 @@ class NetworkBackend(ABC):
     def hops(self, src: int, dst: int) -> int:
         """Links a message from ``src`` to ``dst`` crosses (in the dimension it travels)."""
 
+    #: True when messages share links and queue (see :meth:`route`); the system layer then
+    #: times collectives message by message instead of with the per-step recurrence.
+    congestion_aware: bool = False
+
+    def hop_times(self, src: int, dst: int, size: int) -> list[tuple[object, int, int]]:
+        """Per link of the path: ``(link id, busy ns, transit ns)`` for a ``size``-byte message.
+
+        The link is busy (cannot start the next message) for ``busy`` ns; the message reaches
+        the next device ``transit`` ns after it starts on the link. Only backends with
+        ``congestion_aware`` True implement it.
+        """
+        raise NotImplementedError("this backend does not model individual links")
+
     def address(self, npu: int) -> tuple[int, ...]:
         """Coordinates of ``npu``: dimension 0 varies fastest."""
         out = []

@@ -108,6 +108,7 @@ class Run:
         self.recvs: dict[tuple, list[tuple[int, int, int]]] = {}  # -> (rank, pos, issue time)
         self.msg_size: dict[tuple, list[int]] = {}
         self.channel_free: dict[int, int] = {}
+        self.link_free: dict = {}                           # congestion-aware sends only
         self.all_ranks = tuple(range(network.npus_count))
 
     # ------------------------------------------------------------------ driver
@@ -291,7 +292,7 @@ class Run:
         if node.get("comm_dst") is None:
             raise WorkloadError(f"rank {rank} node {node.id}: send without 'comm_dst'")
         dst, tag, size = int(node.get("comm_dst")), int(node.get("comm_tag", 0)), int(node.get("comm_size", 0))
-        arrival = now + self.net.send_ns(src, dst, size)
+        arrival = self._deliver(src, dst, size, now)
         self._push(arrival, rank, pos)
         key = (src, dst, tag)
         waiting = self.recvs.get(key)
@@ -302,6 +303,18 @@ class Run:
         else:
             self.sends.setdefault(key, []).append(arrival)
             self.msg_size.setdefault(key, []).append(size)
+
+    def _deliver(self, src: int, dst: int, size: int, now: int) -> int:
+        """Arrival time of a point-to-point message; on a congestion-aware network it queues
+        behind earlier sends on each link (links reserved hop by hop at issue time)."""
+        if not self.net.congestion_aware:
+            return now + self.net.send_ns(src, dst, size)
+        t = now
+        for link, busy, transit in self.net.hop_times(src, dst, size):
+            start = max(t, self.link_free.get(link, 0))
+            self.link_free[link] = start + busy
+            t = start + transit
+        return t
 
     def _start_recv(self, rank: int, pos: int, node: Node, now: int) -> None:
         dst = int(node.get("comm_dst", rank))

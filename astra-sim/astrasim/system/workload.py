@@ -18,8 +18,8 @@ OP_COMPUTE, OP_COLL, OP_SEND, OP_RECV, OP_MEM, OP_SKIP, OP_REPLAY = range(7)
 SLOT_COMP, SLOT_COMM, SLOT_CPU, SLOT_NONE = 0, 1, 2, 3
 
 _COLL_KINDS = {
-    CollectiveCommType.ALL_REDUCE: "all-reduce", CollectiveCommType.ALL_GATHER: "all-gather",
-    CollectiveCommType.REDUCE_SCATTER: "reduce-scatter", CollectiveCommType.ALL_TO_ALL: "all-to-all",
+    int(CollectiveCommType.ALL_REDUCE): "all-reduce", int(CollectiveCommType.ALL_GATHER): "all-gather",
+    int(CollectiveCommType.REDUCE_SCATTER): "reduce-scatter", int(CollectiveCommType.ALL_TO_ALL): "all-to-all",
 }
 
 
@@ -64,17 +64,18 @@ def _slot_and_op(node: Node, rank: int, replay_only: bool) -> tuple[int, int]:
     ctype = node.get("comm_type")
     if ctype is None:
         raise WorkloadError(f"rank {rank} node {node.id}: collective without a 'comm_type' attribute")
+    ctype = int(ctype)
     if ctype == CollectiveCommType.BROADCAST:
         return slot, OP_REPLAY  # upstream replays broadcasts from duration_micros
     if ctype not in _COLL_KINDS:
-        name = CollectiveCommType(ctype).name if ctype in set(CollectiveCommType) else str(ctype)
+        name = CollectiveCommType(ctype).name if ctype in CollectiveCommType._value2member_map_ else str(ctype)
         raise WorkloadError(f"rank {rank} node {node.id}: collective {name} is not supported "
                             "(ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST)")
     return slot, OP_COLL
 
 
 def coll_kind(node: Node) -> str:
-    return _COLL_KINDS[CollectiveCommType(node.get("comm_type"))]
+    return _COLL_KINDS[int(node.get("comm_type"))]
 
 
 def build_rank_graph(rank: int, nodes: Sequence[Node], replay_only: bool) -> RankGraph:
