@@ -1,0 +1,75 @@
+"""Congestion-aware 1-D backend: store-and-forward FIFO links inside collectives and for sends."""
+from __future__ import annotations
+
+import pytest
+
+from astrasim import CongestionAwareNetwork, Node, NodeType, SystemConfig, SystemSimulator, load_network
+from astrasim.config import parse_network
+from astrasim.config.system import parse_implementation
+from astrasim.errors import ConfigError
+
+from astrasim_closed_forms import chunk_time
+
+BW, LAT, MEM, E = 100.0, 1000.0, 1600.0, 10
+B = BW * 2**30 / 1e9
+
+
+def make(topo, n, algo="ring"):
+    net = CongestionAwareNetwork(parse_network({"topology": [topo], "npus_count": [n],
+                                                "bandwidth": [BW], "latency": [LAT]}))
+    impl = parse_implementation(algo, "t", "k")
+    cfg = SystemConfig(preferred_dataset_splits=1, local_mem_bw_gbs=MEM, endpoint_delay_ns=E,
+                       implementations={k: (impl,) for k in ("all-reduce", "all-gather",
+                                                             "reduce-scatter", "all-to-all")})
+    return SystemSimulator(net, cfg)
+
+
+def test_idle_paths():
+    sw = make("Switch", 4).network
+    assert sw.route(0, 3) == [(0, 4), (4, 3)]
+    assert sw.send_ns(0, 3, 1 << 20) == 2 * int(LAT + (1 << 20) / B)
+    ring = make("Ring", 6).network
+    assert ring.route(0, 3) == [(0, 1), (1, 2), (2, 3)]          # tie: clockwise
+    assert ring.route(0, 4) == [(0, 5), (5, 4)]
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_algorithm_on_ring_never_queues(n):
+    size = 8 << 20
+    expect = chunk_time("ring", "all-reduce", "Ring", n, size, BW, LAT, MEM, E)
+    assert make("Ring", n).collective_time_ns("all-reduce", size) == expect
+
+
+def test_switch_costs_two_store_and_forward_hops():
+    n, size = 4, 8 << 20
+    m = size // n
+    c = 2 * int(LAT + m / B)
+    red = 3 * int(m / (MEM * 1e9) * 1e9)
+    assert make("Switch", n).collective_time_ns("all-reduce", size) == 2 * (n - 1) * c + (n - 1) * red + (2 * n - 1) * E
+
+
+def test_direct_all_to_all_queues_on_shared_ring_links():
+    n, size = 4, 8 << 20
+    m = size // n
+    busy, transit = int(m / B), int(LAT + m / B)
+    # the two-hop message waits behind the one-hop message on its first link
+    assert make("Ring", n, "direct").collective_time_ns("all-to-all", size) == 2 * E + busy + 2 * transit
+
+
+def test_point_to_point_sends_share_the_switch_downlink():
+    sim = make("Switch", 3)
+    size = 1 << 20
+    busy, transit = int(size / B), int(LAT + size / B)
+    send = lambda src: Node.make(0, NodeType.COMM_SEND_NODE, comm_src=src, comm_dst=1, comm_tag=src,  # noqa: E731
+                                 comm_size=size, is_cpu_op=False)
+    recv = lambda i, src: Node.make(i, NodeType.COMM_RECV_NODE, comm_src=src, comm_dst=1, comm_tag=src,  # noqa: E731
+                                    comm_size=size, is_cpu_op=False)
+    r = sim.run([[send(0)], [recv(0, 0), recv(1, 2)], [send(2)]])
+    assert r.finish_ns == [2 * transit, 2 * transit + busy, 2 * transit + busy]
+
+
+def test_multi_dimensional_is_rejected(tmp_path):
+    p = tmp_path / "n.yml"
+    p.write_text("topology: [Ring, Switch]\nnpus_count: [2, 2]\nbandwidth: [1, 1]\nlatency: [1, 1]\n")
+    with pytest.raises(ConfigError, match="one dimension"):
+        load_network(p, "congestion_aware")
