@@ -129,8 +129,6 @@ class ProgramControlBlock:
             self.kv_instance = instance
             self.kv_resident_tokens = self.context_tokens
         if kind == "protect":
-            if not at_completion and self.kv_instance is None:
-                return          # no KV of this program is resident: nothing to protect
             self.kv_entry = True
             self.kv_deadline_ns = deadline_ns
             self.kv_value = value

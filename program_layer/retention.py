@@ -8,6 +8,9 @@ Policy decisions -> engine terms:
   "none"                       -> NONE on arrival (leave the entry as it is); at completion
                                   there is no entry yet, so it means the engine default,
                                   RELEASE (vLLM's own behaviour)
+On arrival the engine acts only on RELEASE and EVICT (the entry is about to be reused by the
+arriving call); a valid ("protect", ...) there is therefore returned as NONE, so the PCB and
+the engine agree that the existing entry keeps its deadline.
 A policy that raises or returns anything else raises ``PolicyError``.
 """
 from __future__ import annotations
@@ -71,10 +74,11 @@ class RetentionPlane:
         self.policy.signals = signals
         try:
             raw = self.policy.on_turn_arrival(view, now_ns / NS_PER_S)
-            return to_engine_decision(raw, now_ns)
+            decision = to_engine_decision(raw, now_ns)
         except Exception as exc:
             raise policy_error("retention", self.policy, view, now_ns,
                                f"on_turn_arrival: {describe_exception(exc)}") from exc
+        return NONE if decision.kind == "protect" else decision
 
     def eviction_key(self, entry: KVEntryInfo, program: Optional[PCBView],
                      now_ns: int) -> tuple:

@@ -35,8 +35,13 @@ def test_retention_decisions_convert_to_engine_terms():
     assert done(("protect", 4.0)) is RELEASE
     assert done("release") is RELEASE and done("evict") is EVICT
     assert done("none") is RELEASE                     # no entry yet: engine default
-    arrive = RetentionPlane(Fixed("release", "none")).on_arrival(v, Signals(), now)
-    assert arrive is NONE
+    def arrive(raw):
+        return RetentionPlane(Fixed("release", raw)).on_arrival(v, Signals(), now)
+
+    assert arrive("none") is NONE and arrive("release") is RELEASE and arrive("evict") is EVICT
+    assert arrive(("protect", 9.0)) is NONE     # the engine keeps the entry as it is
+    with pytest.raises(PolicyError, match="on_turn_arrival: protect deadline"):
+        arrive(("protect", float("nan")))
 
 
 @pytest.mark.parametrize("raw, detail", [
