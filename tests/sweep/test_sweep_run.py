@@ -123,12 +123,13 @@ def test_local_process_pool_matches_serial(tmp_path, fake_log):
     assert len(read_log(fake_log)) == 12
 
 
-def _cli(out, spec_path, extra_env=None, executor="serial"):
+def _cli(out, spec_path, extra_env=None, executor="serial", workers="2"):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get("PYTHONPATH", "")]),
            **(extra_env or {})}
     return subprocess.Popen([sys.executable, "-m", "program_layer.cli", "sweep", str(spec_path), "--out", str(out),
-                             "--executor", executor, "--runner", RUNNER, "--quiet", "--no-plots"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "--executor", executor, "--workers", workers, "--runner", RUNNER, "--quiet",
+                             "--no-plots"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
 SPEC_YAML = """\
@@ -177,3 +178,38 @@ def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.yaml").write_text("base: {model: m}\naxes: {seed: 1}\n")
     assert main_cli.main(["sweep", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "b")]) == 2
     assert "bad.yaml:2, key 'axes.seed': must be a non-empty list" in capsys.readouterr().err
+
+
+def group_gone(pgid: int, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_pool_sweep_stops_workers_and_resumes(tmp_path, sig):
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC_YAML)
+    out, log = tmp_path / "out", tmp_path / "ran.log"
+    # Two workers; both ttl cells hang. Interrupt once both lru cells are done and both ttl cells started.
+    proc = _cli(out, spec_path, {"SWEEP_FAKE_LOG": str(log), "SWEEP_FAKE_SLEEP": "ttl:60"}, executor="local")
+    deadline = time.monotonic() + 20
+    while (len(read_log(log)) < 4 or len(list(out.glob("cells/*/done"))) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, sig) if sig == signal.SIGINT else proc.send_signal(sig)  # Ctrl-C hits the group
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 130, err.decode()
+    assert "interrupted" in err.decode()
+    assert group_gone(proc.pid), "worker processes outlived the interrupted sweep"
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert [r["status"] for r in rows] == ["ok", "ok", "pending", "pending"]
+    log.unlink()
+    proc = _cli(out, spec_path, {"SWEEP_FAKE_LOG": str(log)}, executor="local")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert sorted(read_log(log)) == ["ttl,fcfs,0.02", "ttl,plas,0.02"]
