@@ -165,3 +165,13 @@ def test_workload_errors(s, nodes, match):
 def test_runs_are_deterministic_and_independent(s):
     g = lambda: [[comp(0, 100), ar(1), comp(2, 30, data_deps=[1])] for _ in range(2)]  # noqa: E731
     assert s.run(g()) == s.run(g())
+
+
+def test_run_symmetric_equals_run():
+    s4 = sim(4, groups={1: [0, 1, 2, 3]})
+    g = lambda: [comp(0, 100), ar(1, data_deps=[0]), comp(2, 7), ar(3, 1 << 20, pg_name="1", data_deps=[1]),  # noqa: E731
+                 Node.make(4, N.COMM_COLL_NODE, comm_type=2, comm_size=1 << 18, is_cpu_op=False, data_deps=[3])]
+    assert s4.run_symmetric(g()) == s4.run([g() for _ in range(4)])
+    send = Node.make(0, N.COMM_SEND_NODE, comm_src=0, comm_dst=1, comm_size=8, is_cpu_op=False)
+    with pytest.raises(WorkloadError, match="run_symmetric"):
+        s4.run_symmetric([send])

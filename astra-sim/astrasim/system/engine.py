@@ -93,8 +93,14 @@ class Run:
 
     def __init__(self, per_rank_nodes: Sequence[Sequence[Node]], network: NetworkBackend,
                  system: SystemConfig, planner: CollectivePlanner,
-                 comm_groups: dict[int, tuple[int, ...]], memory: Optional[RemoteMemoryConfig]):
-        if len(per_rank_nodes) != network.npus_count:
+                 comm_groups: dict[int, tuple[int, ...]], memory: Optional[RemoteMemoryConfig],
+                 symmetric: bool = False):
+        # symmetric: one graph stands for every rank (all ranks identical), see run_symmetric
+        self.symmetric = symmetric
+        if symmetric and memory is not None and memory.memory_type in ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION"):
+            raise WorkloadError("run_symmetric cannot model a remote memory shared between ranks "
+                                f"({memory.memory_type}); use run()")
+        if not symmetric and len(per_rank_nodes) != network.npus_count:
             raise WorkloadError(f"workload has {len(per_rank_nodes)} rank(s) but the network has "
                                 f"{network.npus_count} NPU(s)")
         self.net, self.sys, self.planner = network, system, planner
@@ -278,6 +284,12 @@ class Run:
                 f"rank {rank} node {node.id}: {kind} of {size} B does not match rank {c.first[0]} node "
                 f"{c.first[1]} ({c.kind} of {c.size} B), collective #{k} of group {gid}")
         c.arrived[rank] = pos
+        if self.symmetric:
+            # every rank issues this collective at this same instant (identical graphs)
+            del self.colls[(gid, k)]
+            self._push(now + self.planner.collective_ns(kind, size, None if gid == 0 else members,
+                                                        c.involved), rank, pos)
+            return
         if len(c.arrived) < len(members):
             return
         del self.colls[(gid, k)]
@@ -286,6 +298,8 @@ class Run:
             self._push(now + dur, r, c.arrived[r])
 
     def _start_send(self, rank: int, pos: int, node: Node, now: int) -> None:
+        if self.symmetric:
+            raise WorkloadError(f"node {node.id}: run_symmetric does not support send/recv; use run()")
         src = int(node.get("comm_src", rank))
         if src != rank:
             raise WorkloadError(f"rank {rank} node {node.id}: send with comm_src {src} must be issued by rank {src}")
@@ -317,6 +331,8 @@ class Run:
         return t
 
     def _start_recv(self, rank: int, pos: int, node: Node, now: int) -> None:
+        if self.symmetric:
+            raise WorkloadError(f"node {node.id}: run_symmetric does not support send/recv; use run()")
         dst = int(node.get("comm_dst", rank))
         if dst != rank:
             raise WorkloadError(f"rank {rank} node {node.id}: recv with comm_dst {dst} must be issued by rank {dst}")

@@ -57,3 +57,17 @@ class SystemSimulator:
         """Simulate one graph per rank (``per_rank_nodes[r]`` for NPU r) to completion."""
         return Run(per_rank_nodes, self.network, self.system, self.planner, self.comm_groups,
                    self.remote_memory).execute()
+
+    def run_symmetric(self, nodes: Sequence[Node], ranks: Optional[int] = None) -> RunResult:
+        """Fast path when every rank runs the same graph (e.g. tensor parallelism).
+
+        Simulates ``nodes`` once: identical ranks issue each collective at the same instant, so
+        no rank waits for another and the result equals :meth:`run` on ``[nodes] * N``. The
+        result lists are repeated for ``ranks`` (default: all NPUs). Send/recv and remote
+        memories shared between ranks raise WorkloadError (they break the symmetry).
+        """
+        one = Run([nodes], self.network, self.system, self.planner, self.comm_groups,
+                  self.remote_memory, symmetric=True).execute()
+        k = self.network.npus_count if ranks is None else ranks
+        return RunResult(one.finish_ns * k, one.exposed_comm_ns * k, one.comm_only_ns * k,
+                         one.gpu_compute_ns * k)
