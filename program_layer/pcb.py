@@ -37,23 +37,23 @@ class ToolGapLog:
     ``snapshot()`` returns a read-only mapping tool -> tuple of gaps in seconds; it is cached
     and rebuilt only for tools observed since the last snapshot, so views can share it.
     """
-    __slots__ = ("_gaps_ns", "_tuples", "_dirty", "_snapshot")
+    __slots__ = ("_gaps_s", "_tuples", "_dirty", "_snapshot")
 
     def __init__(self) -> None:
-        self._gaps_ns: dict[Optional[str], list[int]] = {}
+        self._gaps_s: dict[Optional[str], list[float]] = {}
         self._tuples: dict[Optional[str], tuple] = {}
-        self._dirty: list[Optional[str]] = []
+        self._dirty: dict[Optional[str], None] = {}     # insertion-ordered set
         self._snapshot: Optional[Mapping[Optional[str], tuple]] = MappingProxyType({})
 
     def add(self, tool: Optional[str], gap_ns: int) -> None:
-        self._gaps_ns.setdefault(tool, []).append(gap_ns)
-        self._dirty.append(tool)
+        self._gaps_s.setdefault(tool, []).append(gap_ns / NS_PER_S)
+        self._dirty[tool] = None
         self._snapshot = None
 
     def snapshot(self) -> Mapping[Optional[str], tuple]:
         if self._snapshot is None:
             for tool in self._dirty:
-                self._tuples[tool] = tuple(g / NS_PER_S for g in self._gaps_ns[tool])
+                self._tuples[tool] = tuple(self._gaps_s[tool])
             self._dirty.clear()
             self._snapshot = MappingProxyType(dict(self._tuples))
         return self._snapshot
@@ -88,6 +88,7 @@ class ProgramControlBlock:
     gap_start_ns: Optional[int] = None
     gap_end_ns: Optional[int] = None        # set when the successor is released
     own_gaps_ns: dict = field(default_factory=dict)   # tool -> [gap_ns], this program only
+    own_gaps_view: Optional[Mapping] = None  # cached read-only seconds snapshot of own_gaps_ns
     completion_ns: Optional[int] = None     # completion of the last call (program done)
 
     # ----- mutators: called only by the Orchestrator --------------------------------------
@@ -102,6 +103,7 @@ class ProgramControlBlock:
         gap = now_ns - self.gap_start_ns
         self.gap_end_ns = now_ns
         self.own_gaps_ns.setdefault(self.tool_name, []).append(gap)
+        self.own_gaps_view = None
         return gap
 
     def apply_dispatch(self, instance: int) -> None:
@@ -160,8 +162,9 @@ class ProgramControlBlock:
         on_target = instance is None or instance == self.kv_instance
         entry = self.kv_entry and on_target
         deadline = self.kv_deadline_ns if entry else None
-        own = MappingProxyType({tool: tuple(g / NS_PER_S for g in lst)
-                                for tool, lst in self.own_gaps_ns.items()})
+        if self.own_gaps_view is None:
+            self.own_gaps_view = MappingProxyType({
+                tool: tuple(g / NS_PER_S for g in lst) for tool, lst in self.own_gaps_ns.items()})
         return PCBView(
             program_id=self.program_id, session_id=self.session_id,
             arrival_s=self.arrival_ns / NS_PER_S, call_index=self.call_index,
@@ -175,7 +178,7 @@ class ProgramControlBlock:
             tool_name=self.tool_name, gap_start_s=_s(self.gap_start_ns),
             gap_end_s=_s(self.gap_end_ns), context_tokens=self.context_tokens,
             release_s=_s(self.release_ns), num_preemptions=self.num_preemptions,
-            gaps=gaps, own_gaps=own)
+            gaps=gaps, own_gaps=self.own_gaps_view)
 
 
 class PCBView:
