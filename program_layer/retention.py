@@ -106,7 +106,7 @@ def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
             raise InvalidDecision(f"returned {raw!r}; expected ('protect', until[, value]), "
                                   f"'release', 'evict' or 'none'")
         return decision
-    if isinstance(raw, tuple) and len(raw) in (2, 3) and raw[0] == "protect":
+    if isinstance(raw, (tuple, list)) and len(raw) in (2, 3) and raw[0] == "protect":
         until = as_finite(raw[1], "protect deadline 'until'")
         value = None
         if len(raw) == 3 and raw[2] is not None:

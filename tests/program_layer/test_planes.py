@@ -31,6 +31,7 @@ def test_retention_decisions_convert_to_engine_terms():
 
     assert done(("protect", 7.25)) == RetentionDecision("protect", deadline_ns=7250 * MS)
     assert done(("protect", 7.25, 3)) == RetentionDecision("protect", 7250 * MS, 3.0)
+    assert done(["protect", 7.25]) == RetentionDecision("protect", deadline_ns=7250 * MS)
     assert done(("protect", 5.0)) is RELEASE          # d = c: release at completion
     assert done(("protect", 4.0)) is RELEASE
     assert done("release") is RELEASE and done("evict") is EVICT
