@@ -80,7 +80,7 @@ class ProgramControlBlock:
     # KV residency and protection (from retention decisions and the residency hook)
     kv_instance: Optional[int] = None
     kv_resident_tokens: int = 0
-    kv_entry: bool = False                  # a protected entry exists (engine-confirmed)
+    kv_entry: bool = False                  # a protected entry exists (decision, then residency)
     kv_deadline_ns: Optional[int] = None
     kv_value: Optional[float] = None
     # tool state: the tool entered at the last completion, and its gap
