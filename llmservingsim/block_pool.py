@@ -84,7 +84,8 @@ class FreeBlockQueue:
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
-    __slots__ = ("num_blocks", "blocks", "free_queue", "cached", "enable_caching", "null_block")
+    __slots__ = ("num_blocks", "blocks", "free_queue", "cached", "enable_caching", "null_block",
+                 "drop_epoch")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -96,6 +97,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.null_block = self.free_queue.popleft()
         self.null_block.ref_cnt = 1
+        self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
 
     @property
     def num_free(self) -> int:
@@ -152,6 +154,7 @@ class BlockPool:
         self.cached.setdefault(block_hash, block)
 
     def _drop_content(self, block: KVBlock) -> None:
+        self.drop_epoch += 1
         if self.cached.get(block.block_hash) is block:
             del self.cached[block.block_hash]
         block.block_hash = None

@@ -90,22 +90,34 @@ class KVCacheManager:
         n = (req.num_tokens - 1) // self.block_size
         if n <= 0:
             return [], 0
+        # A head-of-line request is looked up every step: while no cached content has been
+        # dropped since its last lookup, its earlier hits are still valid and only the blocks
+        # after them need checking.
+        pool = self.pool
+        memo = req.hit_memo
+        if memo is not None and memo[0] == pool.drop_epoch and len(memo[1]) <= n:
+            hits = list(memo[1])
+        else:
+            hits = []
         hashes = req.stream.block_hashes(n)
-        cached = self.pool.cached
-        hits = []
-        for b in range(n):
-            block = cached.get(hashes[b])
+        get = pool.cached.get
+        for b in range(len(hits), n):
+            block = get(hashes[b])
             if block is None:
                 break
             hits.append(block)
-        return hits, len(hits) * self.block_size
+        req.hit_memo = (pool.drop_epoch, hits)
+        return list(hits), len(hits) * self.block_size
 
     # ---- allocation ----------------------------------------------------------------------
     def can_fit_full_sequence(self, req: Request, hits: list[KVBlock]) -> bool:
         """Admission gate (scheduler_reserve_full_isl): the whole current sequence must fit."""
         need = cdiv(req.num_tokens, self.block_size) - len(self.get_blocks(req.request_id)) - len(hits)
-        need = max(need, 0) + sum(1 for b in hits if b.ref_cnt == 0)
-        return need <= self.pool.num_free or self._reclaim(need, req.owner, dry_run=True)
+        need = max(need, 0)
+        free = self.pool.num_free
+        if need + len(hits) > free:       # only then can the evictable hits matter
+            need += sum(1 for b in hits if b.ref_cnt == 0)
+        return need <= free or self._reclaim(need, req.owner, dry_run=True)
 
     def allocate_slots(self, req: Request, num_new_tokens: int,
                        hits: list[KVBlock] = (), num_hit_tokens: int = 0) -> bool:
@@ -115,7 +127,9 @@ class KVCacheManager:
         num_held = len(held) if held is not None else 0
         total = req.num_computed_tokens + num_hit_tokens + num_new_tokens
         num_new_blocks = max(cdiv(total, self.block_size) - num_held - len(hits), 0)
-        need = num_new_blocks + (sum(1 for b in hits if b.ref_cnt == 0) if hits else 0)
+        need = num_new_blocks
+        if hits and need + len(hits) > self.pool.num_free:
+            need += sum(1 for b in hits if b.ref_cnt == 0)
         if need > self.pool.num_free:
             if not self._reclaim(need, req.owner, dry_run=False, hits=hits, new_blocks=num_new_blocks):
                 return False

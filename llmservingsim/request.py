@@ -40,7 +40,7 @@ class Request:
         "arrival_ns", "priority", "status", "num_computed_tokens", "num_tokens",
         "num_placeholders", "num_cached_tokens", "num_preemptions", "instance",
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finished_ns",
-        "spec",
+        "spec", "hit_memo",
     )
 
     def __init__(self, request_id: int, spec: CallSpec, arrival_ns: int, instance: int = 0,
@@ -65,6 +65,7 @@ class Request:
         self.first_token_ns: Optional[int] = None
         self.last_token_ns: Optional[int] = None
         self.finished_ns: Optional[int] = None
+        self.hit_memo = None      # (drop_epoch, hit blocks) of the last prefix lookup (KV manager only)
 
     @property
     def num_output_tokens(self) -> int:
