@@ -17,7 +17,7 @@ import pprint
 import shutil
 from pathlib import Path
 
-from llmservingsim.errors import ConfigError
+from llmservingsim.errors import ConfigError, SimError
 from program_layer.search import axes, history, oe_config, sandbox, seed_render
 from program_layer.search.evaluator import EvalSettings, seed_baseline
 
@@ -146,7 +146,17 @@ def finish(out: Path, seed_path: Path, settings: EvalSettings, result, axis: str
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     seed_path, settings, config, _ = prepare(args)
-    result = run_openevolve(seed_path, out, config, args.iterations)
+    try:
+        result = run_openevolve(seed_path, out, config, args.iterations)
+    except Exception as exc:
+        if type(exc).__name__ != "EvolutionFailedError":
+            raise
+        # No iteration produced a candidate (LLM unreachable, no usable diff): keep what we
+        # know (history with the reasons, the seed as best) and say so in one line.
+        finish(out, seed_path, settings, None, args.axis)
+        raise SimError(f"search produced no candidate in {args.iterations} iterations: "
+                       f"{' '.join(str(exc).split())[:300]} (reasons per iteration in "
+                       f"{out / 'history.csv'})") from None
     rows = finish(out, seed_path, settings, result, args.axis)
     best = max((r["fitness"] for r in rows if r.get("fitness") is not None), default=1.0)
     evaluated = sum(1 for r in rows[1:] if r["status"] != "no_candidate")

@@ -9,6 +9,10 @@ from __future__ import annotations
 import argparse
 import csv
 
+import pytest
+
+from llmservingsim.errors import SimError
+
 from program_layer.search import cli
 
 from search_cells import cell  # noqa: F401 (fixture)
@@ -76,3 +80,20 @@ def test_search_end_to_end(tmp_path, cell):
     best = (out / "best_policy.py").read_text()
     assert '("protect", now + 60.0)' in best and "broken candidate" not in best
     assert (out / "openevolve_config.yaml").read_text().count("test-key") == 0   # key not on disk
+
+
+def test_search_without_any_usable_reply_keeps_history_and_fails_in_one_line(tmp_path, cell):
+    out = tmp_path / "search"
+    with ScriptedLLM(["I have no diff for you."]) as llm:
+        llm_cfg = tmp_path / "llm.yaml"
+        llm_cfg.write_text(f"api_base: {llm.api_base}\napi_key: k\nretries: 0\nmodels: [{{name: m}}]\n")
+        parser = argparse.ArgumentParser()
+        cli.add_arguments(parser)
+        args = parser.parse_args(["--axis", "retention", "--cell", cell.path, "--seed-policy", "evict-always",
+                                  "--iterations", "1", "--out", str(out), "--llm-config", str(llm_cfg)])
+        with pytest.raises(SimError, match="no candidate"):
+            cli.main(args)
+    rows = list(csv.DictReader(open(out / "history.csv")))
+    assert [r["status"] for r in rows] == ["ok", "no_candidate"]
+    assert "diff" in rows[1]["error"].lower()
+    assert (out / "best_policy.py").read_text() == (out / "seed_policy.py").read_text()
