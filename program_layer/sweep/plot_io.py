@@ -83,6 +83,31 @@ def mean_by_time(time_s: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np
     return times, np.bincount(inverse, weights=np.nan_to_num(values), minlength=len(times)) / np.maximum(counts, 1)
 
 
+NICE_WINDOWS_S = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+
+
+def smooth(time_s: np.ndarray, values: np.ndarray, target_points: int = 150) -> tuple[np.ndarray, int]:
+    """Centred moving mean so that a long per-second series shows its trend (about
+    ``target_points`` windows across the run); returns (values, window in seconds; 1 = raw).
+    Display only: the CSVs keep every second."""
+    n = values.size
+    if n < 2 * target_points:
+        return values, 1
+    dt = float(np.median(np.diff(np.unique(time_s)))) if np.unique(time_s).size > 1 else 1.0
+    want = n / target_points * dt
+    window_s = next((w for w in NICE_WINDOWS_S if w >= want), NICE_WINDOWS_S[-1])
+    width = max(1, int(round(window_s / dt)))
+    csum = np.concatenate(([0.0], np.cumsum(np.nan_to_num(values))))
+    idx = np.arange(n)
+    lo = np.maximum(0, idx - width // 2)
+    hi = np.minimum(n, idx - width // 2 + width)
+    return (csum[hi] - csum[lo]) / (hi - lo), window_s
+
+
+def smooth_note(window_s: int) -> str:
+    return "" if window_s <= 1 else f"\n({window_s} s moving mean)"
+
+
 def as_percent(fraction: np.ndarray) -> np.ndarray:
     """KV utilisation to percent; a column already in percent (max > 1) is left as is."""
     finite = fraction[np.isfinite(fraction)]

@@ -18,7 +18,7 @@ import numpy as np
 from llmservingsim.errors import ConfigError
 from program_layer.sweep.grid import short_key, value_label
 from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, legend_below, new_figure, read_columns,
-                                         save, sum_by_time)
+                                         save, smooth, smooth_note, sum_by_time)
 
 RUN_PLOTS = ("jct_cdf.png", "throughput.png", "kv_utilization.png", "queues.png")
 
@@ -78,7 +78,7 @@ def _jct_cdf(values: np.ndarray, what: str, title: str, path: Path) -> Path:
     ax.set_xlabel(f"{what} (s)")
     ax.set_ylabel(f"fraction of {'programs' if what == 'program JCT' else 'requests'} (CDF)")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"{what} CDF - {title}")
+    ax.set_title(f"{what[0].upper()}{what[1:]} CDF - {title}")
     ax.grid(alpha=0.3)
     return save(fig, path)
 
@@ -89,9 +89,12 @@ def _throughput(ts: dict, title: str, path: Path) -> Path:
     if ts["time_s"].size:
         t, prompt = sum_by_time(ts["time_s"], ts["prompt_tokens_per_s"])
         _, gen = sum_by_time(ts["time_s"], ts["generation_tokens_per_s"])
-        ax.plot(t, prompt, label="prompt (prefill) tokens/s", lw=1)
-        ax.plot(t, gen, label="generation (decode) tokens/s", lw=1)
+        prompt, window = smooth(t, prompt)
+        gen, _ = smooth(t, gen)
+        ax.plot(t, prompt, label="prompt (prefill)", lw=1)
+        ax.plot(t, gen, label="generation (decode)", lw=1)
         legend_below(ax)
+        title += smooth_note(window)
     else:
         empty_note(ax, "empty timeseries")
     ax.set_xlabel("simulated time (s)")
@@ -104,10 +107,13 @@ def _throughput(ts: dict, title: str, path: Path) -> Path:
 def _kv(ts: dict, title: str, path: Path) -> Path:
     fig, axes = new_figure()
     ax = axes[0, 0]
+    note = ""
     util = as_percent(ts["kv_utilization"])
     for instance in np.unique(ts["instance"]):
         mask = ts["instance"] == instance
-        ax.plot(ts["time_s"][mask], util[mask], lw=1, label=f"instance {int(instance)}")
+        values, window = smooth(ts["time_s"][mask], util[mask])
+        ax.plot(ts["time_s"][mask], values, lw=1, label=f"instance {int(instance)}")
+        note = smooth_note(window)
     if ts["time_s"].size:
         legend_below(ax, ncol=min(4, len(ax.lines)))
     else:
@@ -115,7 +121,7 @@ def _kv(ts: dict, title: str, path: Path) -> Path:
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("KV-cache utilisation (%)")
     ax.set_ylim(0, 105)
-    ax.set_title(f"KV-cache utilisation - {title}")
+    ax.set_title(f"KV-cache utilisation - {title}{note}")
     ax.grid(alpha=0.3)
     return save(fig, path)
 

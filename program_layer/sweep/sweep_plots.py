@@ -18,7 +18,7 @@ import numpy as np
 
 from program_layer.sweep.grid import Axis, Cell, canonical_json, matches, short_key, value_label
 from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, legend_below, mean_by_time, new_figure,
-                                         read_columns, save)
+                                         read_columns, save, smooth, smooth_note)
 from program_layer.sweep.results import cell_dir
 from program_layer.sweep.run_plots import run_latencies
 
@@ -132,12 +132,15 @@ def _kv(out_dir: Path, axes: Sequence[Axis], chosen: Sequence[Cell], name: str) 
     fig, grid = new_figure()
     ax = grid[0, 0]
     keys = [a.key for a in axes]
+    note = ""
     for cell in chosen:
         path = cell_dir(out_dir, cell.cell_id) / "timeseries.csv"
         ts = read_columns(path, ["time_s", "kv_utilization"])
         t, util = mean_by_time(ts["time_s"], ts["kv_utilization"])
         if t.size:
-            ax.plot(t, as_percent(util), lw=1, label=compact_label(cell, keys))
+            util, window = smooth(t, as_percent(util))
+            ax.plot(t, util, lw=1.2, label=compact_label(cell, keys))
+            note = note or smooth_note(window)
     if ax.lines:
         legend_below(ax, ncol=2 if len(ax.lines) > 3 else 1, fontsize="small", title=legend_title(keys) or None,
                      title_fontsize="small")
@@ -146,7 +149,7 @@ def _kv(out_dir: Path, axes: Sequence[Axis], chosen: Sequence[Cell], name: str) 
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("KV-cache utilisation, mean over instances (%)")
     ax.set_ylim(0, 105)
-    ax.set_title(f"KV-cache utilisation over time - {name}")
+    ax.set_title(f"KV-cache utilisation over time - {name}{note}")
     ax.grid(alpha=0.3)
     return save(fig, out_dir / "plots" / "kv_utilization.png")
 

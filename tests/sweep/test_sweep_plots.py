@@ -63,3 +63,18 @@ def test_plot_command_on_run_folder_and_sweep_folder(tmp_path, capsys):
     assert "nowhere: no such folder" in capsys.readouterr().err
     assert main_cli.main(["plot", str(tmp_path)]) == 2
     assert "not a run folder: timeseries.csv is missing" in capsys.readouterr().err
+
+
+def test_smoothing_is_a_centred_moving_mean_only_for_long_series():
+    import numpy as np
+
+    from program_layer.sweep.plot_io import smooth
+
+    t = np.arange(10.0)
+    same, window = smooth(t, np.arange(10.0))
+    assert window == 1 and list(same) == list(range(10))
+    t = np.arange(600.0)
+    values, window = smooth(t, np.where(t % 2 == 0, 0.0, 2.0), target_points=100)
+    assert window == 10  # 600 / 100 = 6 s -> the next nice window
+    # the edges average what exists: values[0] = mean(0, 2, 0, 2, 0)
+    assert values[100] == 1.0 and values[0] == 0.8 and values.shape == (600,)
