@@ -77,7 +77,7 @@ def parse_policy_spec(text: str, *, base_dir: Optional[Path] = None) -> PolicySp
     text = str(text).strip()
     if not text:
         raise ConfigError("empty policy spec")
-    head, sep, cls = text.rpartition(":") if ":" in text else (text, "", "")
+    head, sep, cls = text.rpartition(":")
     if not sep:
         head = text
     if head.endswith(".py"):

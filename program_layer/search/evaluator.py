@@ -113,9 +113,9 @@ def cell_metrics(outcome: sandbox.RunOutcome) -> dict:
     jct = outcome.summary.get("jct_s") or {}
     thr = outcome.summary.get("throughput") or {}
     return {
-        "mean_jct_s": sandbox._num(jct.get("mean")),
-        "p99_jct_s": sandbox._num(jct.get("p99")),
-        "throughput": sandbox._num(thr.get("output_tokens_per_s")),
+        "mean_jct_s": sandbox.as_number(jct.get("mean")),
+        "p99_jct_s": sandbox.as_number(jct.get("p99")),
+        "throughput": sandbox.as_number(thr.get("output_tokens_per_s")),
         "wall_s": outcome.wall_s,
     }
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 DEFAULT_TIMEOUT_S = 5400.0      # Appendix F: 90-minute evaluation timeout
-DEFAULT_MEMORY_MB = 32768
+DEFAULT_MEMORY_MB = 8192        # a target-cell run peaks near 60 MiB RSS
 
 # Single-threaded numeric libraries: each thread pool reserves address space, which the
 # RLIMIT_AS cap would otherwise count against the candidate.
@@ -45,10 +45,10 @@ class RunOutcome:
 
     def mean_jct_s(self) -> Optional[float]:
         jct = self.summary.get("jct_s") or {}
-        return _num(jct.get("mean"))
+        return as_number(jct.get("mean"))
 
 
-def _num(value) -> Optional[float]:
+def as_number(value) -> Optional[float]:
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -130,6 +130,9 @@ def _death_reason(returncode: int, run_dir: Path) -> str:
     except OSError:
         pass
     if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = str(-returncode)
         return f"crashed: killed by signal {name} (memory limit or crash){tail}"
     return f"crashed: worker exited with status {returncode} without a result{tail}"
