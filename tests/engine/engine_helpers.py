@@ -109,20 +109,31 @@ def release_all(kv: KVCacheManager, reqs: Iterable[Request], now_ns: int = 0) ->
         kv.finish(r, None, now_ns)
 
 
+def step(sched: Scheduler, now_ns: int, release: bool = True) -> tuple[SchedulerOutput, list[Request]]:
+    """One synchronous step: schedule, apply, release the finished requests' blocks."""
+    out = sched.schedule()
+    done = sched.update_from_output(out, now_ns)
+    if release:
+        release_all(sched.kv, done, now_ns)
+    return out, done
+
+
 def run_steps(sched: Scheduler, *, async_mode: bool = False, max_steps: int = 100_000,
               release: bool = True, on_schedule: Optional[Callable[[SchedulerOutput], None]] = None,
               on_update: Optional[Callable[[SchedulerOutput, list], None]] = None,
-              arrivals: Optional[dict[int, list[Request]]] = None) -> list[Request]:
+              arrivals: Optional[dict[int, list[Request]]] = None,
+              inflight: Sequence[SchedulerOutput] = ()) -> list[Request]:
     """Drive the scheduler until it has no work; return requests in completion order.
 
     Sync: schedule, update, repeat. Async (vLLM's AsyncScheduler tests and the Instance):
     two steps are scheduled before the first is applied; afterwards each update of the
     oldest step is followed by one schedule. ``arrivals[k]`` are added just before the
-    k-th schedule call (0-based). Empty steps are not kept in flight.
+    k-th schedule call (0-based). Empty steps are not kept in flight. ``inflight`` continues
+    a run whose steps the test already scheduled (oldest first).
     """
     arrivals = arrivals or {}
     finished: list[Request] = []
-    inflight: deque[SchedulerOutput] = deque()
+    inflight = deque(out for out in inflight if out)
     calls = 0
     now = 0
 

@@ -228,37 +228,15 @@ def test_prefix_caching_for_prefill_dedup():
     assert reqs[0].num_cached_tokens == 0
     assert reqs[1].num_cached_tokens >= 96 and reqs[1].num_cached_tokens == 96
     # The remaining requests arrive one per step while the first two decode (async).
-    later = {k: [reqs[k + 1]] for k in range(1, 4)}
     pending = sched.schedule()
-    done = sched.update_from_output(first, 1)
-    assert done == []
-    finished = run_steps_after(sched, pending, later)
+    assert sched.update_from_output(first, 1) == []
+    finished = run_steps(sched, async_mode=True, inflight=[pending],
+                         arrivals={k: [reqs[k + 2]] for k in range(3)})
     assert sorted(r.request_id for r in finished) == [0, 1, 2, 3, 4]
     for r in reqs[1:]:
         assert r.num_cached_tokens >= 96
         assert r.num_output_tokens == 3
     assert_engine_empty(sched)
-
-
-def run_steps_after(sched, pending, arrivals):
-    """Continue an async run whose step ``pending`` is in flight; arrivals[k] join before
-    the k-th further schedule call."""
-    from collections import deque
-    inflight, finished, now, k = deque([pending]), [], 10, 1
-    while inflight:
-        out = inflight.popleft()
-        now += 1
-        done = sched.update_from_output(out, now)
-        for r in done:
-            sched.kv.free(r)
-        finished.extend(done)
-        for r in arrivals.get(k, ()):
-            sched.add_request(r)
-        k += 1
-        nxt = sched.schedule()
-        if nxt:
-            inflight.append(nxt)
-    return finished
 
 
 def test_prefix_caching_for_multi_turn():
