@@ -78,8 +78,8 @@ def parse_policy_spec(text: str, *, base_dir: Optional[Path] = None) -> PolicySp
     if not text:
         raise ConfigError("empty policy spec")
     head, sep, cls = text.rpartition(":")
-    if not sep:
-        head = text
+    if not sep:                        # no class part: rpartition put everything in cls
+        head, cls = text, ""
     if head.endswith(".py"):
         path = Path(head)
         if not path.is_absolute():
