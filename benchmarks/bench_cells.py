@@ -1,0 +1,56 @@
+"""Wall time of the paper's target cells (run by hand; never a timed test).
+
+    python benchmarks/bench_cells.py [--cells validation,search,table1cell]
+
+Prints, per cell: wall seconds, simulated seconds, simulated seconds per wall second,
+engine steps and steps per wall second; and each cell's ratio to its target (issue 2:
+validation cell <= 1 s; issue 5: 50-program RTX 70B TP2 cell <= 10 s, search cell <= 5 s)
+and to the published artifact's cost (paper: 2,500-4,800 s per 50-program cell, median 19
+minutes per search evaluation; LLMServingSim: 156 s for the validation cell).
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from llmservingsim.paths import examples_dir
+from program_layer.config import load_config, validate_config
+from program_layer.run import build_simulation, write_outputs
+
+EX = examples_dir()
+CELLS = {
+    "validation": (EX / "validation" / "RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10.yaml", 1.0, 156.0),
+    "rtx70b-swebench50": (EX / "cells" / "rtx-70b-tp2-swebench-0.02jps.yaml", 10.0, 2500.0),
+    "search": (EX / "search" / "target_cell.yaml", 5.0, 19 * 60.0),
+}
+
+
+def bench(name: str, path: Path, target_s: float, baseline_s: float) -> None:
+    cfg = load_config(path)
+    t0 = time.perf_counter()
+    sim = build_simulation(cfg)
+    t1 = time.perf_counter()
+    sim.run()
+    t2 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as d:
+        s = write_outputs(sim, Path(d))
+    t3 = time.perf_counter()
+    wall = t3 - t0
+    print(f"{name:<20} wall {wall:6.2f} s (build {t1 - t0:.2f}, run {t2 - t1:.2f}, write {t3 - t2:.2f})  "
+          f"simulated {s['makespan_s']:9.1f} s  -> {s['makespan_s'] / wall:8.0f} sim-s/wall-s  "
+          f"{s['steps']} steps ({s['steps'] / (t2 - t1):.0f}/s)  target {target_s:.0f} s: x{wall / target_s:.2f}  "
+          f"vs artifact {baseline_s:.0f} s: {baseline_s / wall:.0f}x faster")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", default=",".join(CELLS))
+    args = ap.parse_args()
+    for name in args.cells.split(","):
+        bench(name, *CELLS[name])
+
+
+if __name__ == "__main__":
+    main()
