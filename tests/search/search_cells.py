@@ -28,4 +28,11 @@ class Cell:
 @pytest.fixture
 def cell() -> Cell:
     return Cell(str(DATA / "tiny_cell.yaml"), str(DATA / "tiny_cell_2.yaml"), None,
-                "from program_layer.policies import RetentionPolicy", 3.0)
+                "from program_layer.policies import RetentionPolicy", 2.0)
+
+
+@pytest.fixture(scope="session")
+def seed_cache(tmp_path_factory) -> str:
+    """One seed-JCT cache for the whole session: each seed runs once (keys cover the cell,
+    the seed source and the simulator source, so sharing is safe)."""
+    return str(tmp_path_factory.mktemp("seed-cache"))

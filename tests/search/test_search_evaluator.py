@@ -9,7 +9,7 @@ import pytest
 from program_layer.search import evaluator as ev
 from program_layer.search import sandbox
 
-from search_cells import Cell, cell  # noqa: F401 (fixture)
+from search_cells import Cell, cell, seed_cache  # noqa: F401 (fixtures)
 
 
 def policy_file(tmp_path, cell: Cell, name: str, complete: str, arrival: str = 'return "none"',
@@ -29,17 +29,17 @@ def policy_file(tmp_path, cell: Cell, name: str, complete: str, arrival: str = '
     return f"{path}:{name}"
 
 
-def settings(tmp_path, c: Cell, **kw) -> ev.EvalSettings:
+def settings(tmp_path, c: Cell, cache: str | None = None, **kw) -> ev.EvalSettings:
     base = dict(cell=c.path, axis="retention", seed_policy="evict-always", timeout_s=60,
-                memory_mb=2048, cache_dir=str(tmp_path / "cache"), work_dir=str(tmp_path / "runs"),
-                runner=c.runner)
+                memory_mb=2048, cache_dir=cache or str(tmp_path / "cache"),
+                work_dir=str(tmp_path / "runs"), runner=c.runner)
     base.update(kw)
     return ev.EvalSettings(**base)
 
 
-def test_protecting_beats_evict_always(tmp_path, cell):
+def test_protecting_beats_evict_always(tmp_path, cell, seed_cache):
     good = policy_file(tmp_path, cell, "Protect", 'return ("protect", now + 60.0)')
-    result = ev.evaluate_policy(good, settings(tmp_path, cell))
+    result = ev.evaluate_policy(good, settings(tmp_path, cell, seed_cache))
     assert result["status"] == "ok", result
     assert result["combined_score"] > 1.0
     assert result["combined_score"] == pytest.approx(result["seed_mean_jct_s"] / result["mean_jct_s"])
@@ -56,9 +56,9 @@ def test_protecting_beats_evict_always(tmp_path, cell):
     ("timeout", "while True: pass", "", "timeout", "timeout"),
     ("memory", "return ('protect', now + len(bytearray(64 * 1024 ** 3)))", "", "error", "MemoryError"),
 ])
-def test_failures_score_zero_with_reason(tmp_path, cell, case, complete, extra, status, reason):
+def test_failures_score_zero_with_reason(tmp_path, cell, case, complete, extra, status, reason, seed_cache):
     spec = policy_file(tmp_path, cell, "Broken", complete, extra=extra)
-    s = settings(tmp_path, cell, timeout_s=cell.timeout_probe_s if case == "timeout" else 60)
+    s = settings(tmp_path, cell, seed_cache, timeout_s=cell.timeout_probe_s if case == "timeout" else 60)
     result = ev.evaluate_policy(spec, s)
     assert result["combined_score"] == 0.0
     assert result["status"] == status, result
@@ -67,10 +67,10 @@ def test_failures_score_zero_with_reason(tmp_path, cell, case, complete, extra, 
         assert "PolicyError" in result["error"] or "AttributeError" in result["error"]
 
 
-def test_no_policy_class_is_an_error(tmp_path, cell):
+def test_no_policy_class_is_an_error(tmp_path, cell, seed_cache):
     path = tmp_path / "empty.py"
     path.write_text("x = 1\n")
-    result = ev.evaluate_policy(str(path), settings(tmp_path, cell))
+    result = ev.evaluate_policy(str(path), settings(tmp_path, cell, seed_cache))
     assert result["status"] == "error" and result["combined_score"] == 0.0
     assert "RetentionPolicy" in result["error"]
 
@@ -119,17 +119,17 @@ def test_candidate_identical_to_seed_is_not_rerun(tmp_path, cell, monkeypatch):
     assert result["status"] == "ok" and result["combined_score"] == 1.0
 
 
-def test_second_cell_scores_mean_of_ratios(tmp_path, cell):
+def test_second_cell_scores_mean_of_ratios(tmp_path, cell, seed_cache):
     good = policy_file(tmp_path, cell, "Protect", 'return ("protect", now + 60.0)')
-    result = ev.evaluate_policy(good, settings(tmp_path, cell, second_cell=cell.second_path))
+    result = ev.evaluate_policy(good, settings(tmp_path, cell, seed_cache, second_cell=cell.second_path))
     assert result["status"] == "ok"
     assert result["combined_score"] == pytest.approx((result["jct_ratio"] + result["jct_ratio_2"]) / 2)
     assert result["mean_jct_s_2"] > 0
 
 
-def test_openevolve_adapter_keeps_numbers_as_metrics_and_reasons_as_artifacts(tmp_path, cell):
+def test_openevolve_adapter_keeps_numbers_as_metrics_and_reasons_as_artifacts(tmp_path, cell, seed_cache):
     spec = policy_file(tmp_path, cell, "Broken", "return 1 / 0")
-    out = ev.evaluate_for_openevolve(spec.rpartition(":")[0], settings(tmp_path, cell).to_dict())
+    out = ev.evaluate_for_openevolve(spec.rpartition(":")[0], settings(tmp_path, cell, seed_cache).to_dict())
     assert out.metrics["combined_score"] == 0.0
     assert all(isinstance(v, float) for v in out.metrics.values())
     assert out.artifacts["status"] == "error" and "ZeroDivisionError" in out.artifacts["error"]
