@@ -23,6 +23,9 @@ from program_layer.sweep.results import cell_dir
 from program_layer.sweep.run_plots import run_latencies
 
 DEFAULT_KV_CELLS = 6  # without a choice, the first cells in grid order
+# Colours cycle every 10 lines; dashes cycle too so coinciding lines (policies that do not
+# differ in a cell) stay visible under each other.
+LINESTYLES = ("-", "--", ":", "-.")
 
 
 def render_sweep_plots(out_dir: str | Path, axes: Sequence[Axis], cells: Sequence[Cell],
@@ -83,7 +86,8 @@ def _jct_cdf(out_dir: Path, axes: Sequence[Axis], ok: Sequence[Cell], name: str)
             values, what = run_latencies(cell_dir(out_dir, cell.cell_id))
             x, y = ecdf(values)
             if x.size:
-                ax.step(x, y, where="post", lw=1.2, label=f"{compact_label(cell, line_keys)} ({x.mean():.0f} s)")
+                ax.step(x, y, where="post", lw=1.4, ls=LINESTYLES[drawn % len(LINESTYLES)],
+                        label=f"{compact_label(cell, line_keys)} ({x.mean():.0f} s)")
                 drawn += 1
         if drawn:  # CDFs rise to the right: the upper left stays free
             ax.legend(fontsize="small", loc="upper left", title=legend_title(line_keys) + " (mean JCT)",
@@ -93,7 +97,7 @@ def _jct_cdf(out_dir: Path, axes: Sequence[Axis], ok: Sequence[Cell], name: str)
         ax.set_xlabel("program JCT (s)")
         ax.set_ylabel("fraction of programs (CDF)")
         ax.set_ylim(0, 1.02)
-        ax.set_title(", ".join(f"{short_key(k)}={value_label(v)}" for k, v in fixed.items()) or f"JCT CDF - {name}")
+        ax.set_title(", ".join(f"{short_key(k)}={value_label(v)}" for k, v in fixed.items()) or f"Program JCT CDF per policy - {name}")
         ax.grid(alpha=0.3)
     _hide_unused(grid, len(combos))
     if panel_axes:
@@ -116,7 +120,7 @@ def _jct_vs_rate(out_dir: Path, axes: Sequence[Axis], rate: Axis, results: Seque
                 ys.append(row["jct_mean_s"])
         if xs:
             label = " / ".join(value_label(v) for v in fixed.values()) or "mean JCT"
-            ax.plot(xs, ys, marker="o", label=label)
+            ax.plot(xs, ys, marker="o", ls=LINESTYLES[len(ax.lines) % len(LINESTYLES)], label=label)
     if ax.lines:
         ax.legend(fontsize="small", title=legend_title([a.key for a in others]) or None, title_fontsize="small")
     else:
@@ -139,7 +143,7 @@ def _kv(out_dir: Path, axes: Sequence[Axis], chosen: Sequence[Cell], name: str) 
         t, util = mean_by_time(ts["time_s"], ts["kv_utilization"])
         if t.size:
             util, window = smooth(t, as_percent(util))
-            ax.plot(t, util, lw=1.2, label=compact_label(cell, keys))
+            ax.plot(t, util, lw=1.2, ls=LINESTYLES[len(ax.lines) % len(LINESTYLES)], label=compact_label(cell, keys))
             note = note or smooth_note(window)
     if ax.lines:
         legend_below(ax, ncol=2 if len(ax.lines) > 3 else 1, fontsize="small", title=legend_title(keys) or None,

@@ -106,3 +106,41 @@ def test_spec_errors_name_file_line_and_key(tmp_path, body, message):
 def test_missing_spec_file(tmp_path):
     with pytest.raises(ConfigError, match=r"nope.yaml: cannot read sweep spec"):
         load_spec(tmp_path / "nope.yaml")
+
+
+try:
+    from hypothesis import given, settings, strategies as st
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    _values = st.one_of(st.integers(-5, 5), st.sampled_from(["a", "b", "c"]), st.booleans(),
+                        st.dictionaries(st.sampled_from(["x", "y"]), st.integers(0, 3), max_size=2))
+    _keys = st.sampled_from(["policies.retention", "policies.scheduling", "engine.block_size", "hardware", "seed",
+                             "workload.rate_jps"])
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.dictionaries(_keys, st.lists(_values, min_size=1, max_size=3,
+                                           unique_by=lambda v: repr(sorted(v.items())) if isinstance(v, dict) else repr(v)),
+                           max_size=3))
+    def test_grid_invariants(axes_map):
+        """Cell count is the product of axis lengths; every cell holds its values at their
+        paths; ids are unique and equal to a re-hash of the config."""
+        from program_layer.sweep.grid import canonical_json, cell_id
+
+        axes = [Axis(k, tuple(v)) for k, v in axes_map.items()]
+        distinct = all(len({canonical_json(x) for x in a.values}) == len(a.values) for a in axes)
+        cells = expand(BASE, axes)
+        expected = 1
+        for a in axes:
+            expected *= len(a.values)
+        assert len(cells) == expected
+        for cell in cells:
+            for key, value in cell.values.items():
+                node = cell.config
+                for part in key.split("."):
+                    node = node[part]
+                assert canonical_json(node) == canonical_json(value)
+            assert cell.cell_id == cell_id(cell.config)
+        if distinct:
+            assert len({c.cell_id for c in cells}) == len(cells)
