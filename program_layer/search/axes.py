@@ -147,10 +147,12 @@ def load_module_from_file(path: Path, module_name: str):
     return module
 
 
-def find_policy_class(module, class_name: Optional[str], axis: Optional[str]) -> type:
+def find_policy_class(module, class_name: Optional[str], axis: Optional[str],
+                      prefer: Optional[str] = None) -> type:
     """The policy class of ``module``: ``class_name`` if given (it must derive from the axis
     base), else the single class defined in the module that derives from the axis base
-    (any axis base when ``axis`` is None). Raises ConfigError naming the problem."""
+    (any axis base when ``axis`` is None); among several, the one named ``prefer`` (the
+    seed's class name, which evolved files keep). Raises ConfigError naming the problem."""
     where = getattr(module, "__file__", None) or module.__name__
     if class_name:
         cls = getattr(module, class_name, None)
@@ -168,6 +170,8 @@ def find_policy_class(module, class_name: Optional[str], axis: Optional[str]) ->
             got = axis_of_class(value)
             if got is not None and (axis is None or got == axis):
                 candidates.append(name)
+    if prefer in candidates:
+        candidates = [prefer]
     if len(candidates) != 1:
         what = BASE_NAMES[axis] if axis else "a policy base class"
         detail = f"found {', '.join(candidates)}" if candidates else "found none"

@@ -175,7 +175,8 @@ def evaluate_policy(policy: str, settings: EvalSettings) -> dict:
         else:
             outcome = sandbox.run_policy(policy, cell, axis=settings.axis,
                                          timeout_s=settings.timeout_s, memory_mb=settings.memory_mb,
-                                         runner=settings.runner, work_dir=settings.work_dir)
+                                         runner=settings.runner, work_dir=settings.work_dir,
+                                         prefer_class=_class_of(settings.seed_policy))
             if not outcome.ok:
                 result.update(status=outcome.status, error=outcome.error,
                               traceback=outcome.traceback, failed_cell=cell)
@@ -191,6 +192,12 @@ def evaluate_policy(policy: str, settings: EvalSettings) -> dict:
     result["wall_s"] = round(time.perf_counter() - started, 4)
     _append_log(settings, policy, result)
     return result
+
+
+def _class_of(spec_text: str) -> Optional[str]:
+    """The class name a spec names (``FILE.py:Class``), else None."""
+    head, sep, cls = spec_text.rpartition(":")
+    return cls if sep and head.endswith(".py") else None
 
 
 def _same_source(policy: str, seed_policy: str) -> bool:

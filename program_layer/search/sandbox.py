@@ -63,8 +63,9 @@ def _repo_root() -> str:
 def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
                timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: Optional[int] = DEFAULT_MEMORY_MB,
                runner: Optional[str] = None, work_dir: Optional[str | Path] = None,
-               keep_outputs: bool = False) -> RunOutcome:
+               keep_outputs: bool = False, prefer_class: Optional[str] = None) -> RunOutcome:
     """Run ``policy`` (NAME or /abs/file.py[:Class]) on ``cell`` in a child process.
+    ``prefer_class`` picks among several policy classes in a file given without a class.
 
     A successful run whose summary lacks a positive finite mean JCT is reported as an error
     (fitness would be undefined). The run folder is deleted unless ``keep_outputs``.
@@ -73,8 +74,10 @@ def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
     work_root.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="eval-", dir=work_root))
     try:
-        outcome = _run_child(run_dir, policy, str(Path(cell).resolve()), axis, timeout_s,
-                             memory_mb, runner)
+        request = {"cell": str(Path(cell).resolve()), "axis": axis, "policy": policy,
+                   "out_dir": str(run_dir / "out"), "memory_mb": memory_mb, "runner": runner,
+                   "prefer_class": prefer_class}
+        outcome = _run_child(run_dir, request, timeout_s)
     finally:
         if not keep_outputs:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -85,9 +88,7 @@ def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
     return outcome
 
 
-def _run_child(run_dir: Path, policy: str, cell: str, axis, timeout_s, memory_mb, runner) -> RunOutcome:
-    request = {"cell": cell, "axis": axis, "policy": policy, "out_dir": str(run_dir / "out"),
-               "memory_mb": memory_mb, "runner": runner}
+def _run_child(run_dir: Path, request: dict, timeout_s: float) -> RunOutcome:
     request_path, result_path = run_dir / "request.json", run_dir / "result.json"
     request_path.write_text(json.dumps(request))
     env = dict(os.environ, **_CHILD_ENV)

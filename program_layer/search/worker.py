@@ -5,7 +5,8 @@
 REQUEST.json (written by :mod:`program_layer.search.sandbox`)::
 
     {"cell": "/abs/cell.yaml", "axis": "retention" | null, "policy": "NAME" | "/abs/f.py[:Class]",
-     "out_dir": "/abs/run", "memory_mb": 8192, "runner": "program_layer.run:run_config"}
+     "out_dir": "/abs/run", "memory_mb": 8192, "runner": "program_layer.run:run_config",
+     "prefer_class": "EvolvedRetention" | null}
 
 RESULT.json is always written unless the process is killed::
 
@@ -54,7 +55,7 @@ def resolve_policy(request: dict) -> tuple[str, str | None, str]:
     else:
         import importlib
         module = importlib.import_module(spec.module)
-    cls = axes.find_policy_class(module, spec.class_name, axis)
+    cls = axes.find_policy_class(module, spec.class_name, axis, prefer=request.get("prefer_class"))
     axis = axis or axes.axis_of_class(cls)
     value = f"{spec.path}:{cls.__name__}" if spec.path is not None else f"{spec.module}:{cls.__name__}"
     return value, cls.__name__, axis

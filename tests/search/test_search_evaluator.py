@@ -133,3 +133,13 @@ def test_openevolve_adapter_keeps_numbers_as_metrics_and_reasons_as_artifacts(tm
     assert out.metrics["combined_score"] == 0.0
     assert all(isinstance(v, float) for v in out.metrics.values())
     assert out.artifacts["status"] == "error" and "ZeroDivisionError" in out.artifacts["error"]
+
+
+def test_candidate_with_a_helper_policy_class_uses_the_seeds_class_name(tmp_path, cell, seed_cache):
+    seed = policy_file(tmp_path, cell, "Seed", 'return "evict"')
+    path = tmp_path / "cand.py"
+    path.write_text(f"{cell.import_line}\n\n\nclass Helper(RetentionPolicy):\n    pass\n\n\n"
+                    "class Seed(Helper):\n    def on_turn_complete(self, pcb, request_id, now):\n"
+                    "        return ('protect', now + 60.0)\n")
+    result = ev.evaluate_policy(str(path), settings(tmp_path, cell, seed_cache, seed_policy=seed))
+    assert result["status"] == "ok" and result["combined_score"] > 1.0
