@@ -54,10 +54,13 @@ def chunk_time(algo: str, kind: str, topo: str, n: int, d: int, bw: float, lat: 
     if algo == "halvingDoubling":
         k = int(math.log2(n))
         offs = [2**i for i in range(k)]
+        # halving steps reduce the *next* message: d/4, d/8, ..., d/n (none when n == 2);
+        # measured on the upstream binary (formats.md's "no reduction term" holds for n = 2 only)
+        reds = sum(red(d // (4 * o), mem) for o in offs[:-1])
         if kind == "all-reduce":  # sizes d/2, d/4 .. d/n then back up; d divisible by n here
-            return 2 * sum(c(d // (2 * o), offset_hops(topo, n, o)) for o in offs) + (2 * k + 1) * e
+            return 2 * sum(c(d // (2 * o), offset_hops(topo, n, o)) for o in offs) + reds + (2 * k + 1) * e
         if kind == "reduce-scatter":
-            return sum(c(d // (2 * o), offset_hops(topo, n, o)) for o in offs) + (k + 1) * e
+            return sum(c(d // (2 * o), offset_hops(topo, n, o)) for o in offs) + reds + (k + 1) * e
         if kind == "all-gather":  # offsets n/2, n/4, ..., 1 with sizes d, 2d, 4d, ...
             return sum(c(d * (2**i), offset_hops(topo, n, n // 2**(i + 1))) for i in range(k)) + (k + 1) * e
     raise ValueError((algo, kind))

@@ -25,8 +25,12 @@ halvingDoubling    all-gather         log2 n, offsets n/2,...,1       D, 2D, 4D,
 
 ``D`` is the phase's input bytes (for all-gather: what each rank contributes). A direct round
 with a ``window`` w < n-1 is split into ceil((n-1)/w) sequential batches of w peers.
-halvingDoubling charges no local-reduction time (as observed upstream); ring and direct
-charge ``3*floor(m/M)`` per reducing step.
+A reducing step is followed by a local reduction of ``reduce_bytes`` (``3*floor(b/M)``): ring
+reduces each received message (``D//n``); direct reduces once per round (the pieces are
+processed in parallel); halvingDoubling reduces after each halving step except the last, with
+the size of the *next* message (upstream processes the packet it is about to send), and never
+after a step of size ``D/2`` alone -- so n = 2 has no reduction term at all. These rules were
+checked against the upstream binary (see the package README).
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ class Step:
     size: int
     offsets: tuple[int, ...]
     xor: bool = False
-    reduce: bool = False
+    reduce_bytes: int = 0     # local reduction after this step's messages arrive (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +64,11 @@ class PhasePlan:
 def _ring(kind: str, n: int, d: int) -> PhasePlan:
     if kind == "all-reduce":
         m = d // n
-        return PhasePlan(tuple(Step(m, (1,), reduce=i < n - 1) for i in range(2 * (n - 1))), d)
+        return PhasePlan(tuple(Step(m, (1,), reduce_bytes=m if i < n - 1 else 0)
+                               for i in range(2 * (n - 1))), d)
     if kind == "reduce-scatter":
         m = d // n
-        return PhasePlan((Step(m, (1,), reduce=True),) * (n - 1), m)
+        return PhasePlan((Step(m, (1,), reduce_bytes=m),) * (n - 1), m)
     if kind == "all-gather":
         return PhasePlan((Step(d, (1,)),) * (n - 1), d * n)
     return PhasePlan((Step(d // n, (1,)),) * (n * (n - 1) // 2), d)
@@ -72,7 +77,7 @@ def _ring(kind: str, n: int, d: int) -> PhasePlan:
 def _direct_round(m: int, n: int, window: int, reduce: bool) -> list[Step]:
     peers = list(range(1, n))
     w = len(peers) if window <= 0 else min(window, len(peers))
-    return [Step(m, tuple(peers[i:i + w]), reduce=reduce) for i in range(0, len(peers), w)]
+    return [Step(m, tuple(peers[i:i + w]), reduce_bytes=m if reduce else 0) for i in range(0, len(peers), w)]
 
 
 def _direct(kind: str, n: int, d: int, window: int) -> PhasePlan:
@@ -110,6 +115,8 @@ def _halving_doubling(kind: str, n: int, d: int) -> PhasePlan:
                 off, msg = off // 2, msg * 2
         else:
             off, msg = off // 2, msg * 2
+    for k in range(log - 1):  # reduce the next halving message after each halving step but the last
+        steps[k] = Step(steps[k].size, steps[k].offsets, True, steps[k + 1].size)
     return PhasePlan(tuple(steps), d if kind == "all-reduce" else d // n)
 
 

@@ -5,7 +5,7 @@ every rank first pays one endpoint delay ``E`` (the initial packet hand-off), th
 waits until every message addressed to it has arrived (a message leaves its sender when the
 sender is ready for that step and takes ``network.send_ns``), and then pays ``E`` again plus,
 for a reducing step, the local reduction ``3 * floor(m / M)`` (one write and two reads of the
-``m`` received bytes at ``M = local-mem-bw`` bytes per ns; ASTRA-Sim's double arithmetic).
+reduced bytes at ``M = local-mem-bw`` bytes per ns; ASTRA-Sim's double arithmetic).
 The phase ends when the slowest rank is done. With equal message costs ``c`` this is exactly
 
     T = K*c + (K+1)*E + R*3*floor(m/M)      (K steps, R reducing steps)
@@ -45,7 +45,7 @@ def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
     send = network.send_ns
     for step in plan.steps:
         size = step.size
-        tail = e + (reduction_ns(size, local_mem_bw_gbs) if step.reduce else 0)
+        tail = e + (reduction_ns(step.reduce_bytes, local_mem_bw_gbs) if step.reduce_bytes else 0)
         new = [0] * n
         for i in range(n):
             arrive = ready[i]
@@ -68,7 +68,7 @@ def phase_ns_links(plan: PhasePlan, members: Sequence[int], network: NetworkBack
                    endpoint_delay_ns: int, local_mem_bw_gbs: float) -> int:
     """Event-driven version of :func:`phase_ns` with per-link FIFO queueing."""
     n, steps, e = len(members), plan.steps, endpoint_delay_ns
-    tails = [e + (reduction_ns(s.size, local_mem_bw_gbs) if s.reduce else 0) for s in steps]
+    tails = [e + (reduction_ns(s.reduce_bytes, local_mem_bw_gbs) if s.reduce_bytes else 0) for s in steps]
     got = [[0] * len(steps) for _ in range(n)]
     last = [[0] * len(steps) for _ in range(n)]
     injected: list[list] = [[None] * len(steps) for _ in range(n)]
