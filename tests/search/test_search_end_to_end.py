@@ -10,6 +10,7 @@ import argparse
 import csv
 
 import pytest
+from openevolve.config import Config
 
 from llmservingsim.errors import SimError
 
@@ -80,6 +81,8 @@ def test_search_end_to_end(tmp_path, cell):
     best = (out / "best_policy.py").read_text()
     assert '("protect", now + 60.0)' in best and "broken candidate" not in best
     assert (out / "openevolve_config.yaml").read_text().count("test-key") == 0   # key not on disk
+    saved = Config.from_yaml(out / "openevolve_config.yaml")     # re-runnable with openevolve-run
+    assert saved.max_iterations == 2 and saved.database.num_islands == 2
 
 
 def test_search_without_any_usable_reply_keeps_history_and_fails_in_one_line(tmp_path, cell):
