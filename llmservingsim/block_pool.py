@@ -85,7 +85,7 @@ class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
     __slots__ = ("num_blocks", "blocks", "free_queue", "cached", "enable_caching", "null_block",
-                 "drop_epoch")
+                 "drop_epoch", "free_epoch")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -98,6 +98,7 @@ class BlockPool:
         self.null_block = self.free_queue.popleft()
         self.null_block.ref_cnt = 1
         self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
+        self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
 
     @property
     def num_free(self) -> int:
@@ -138,6 +139,7 @@ class BlockPool:
     def free_blocks(self, ordered: Iterable[KVBlock], drop_content: bool = False) -> None:
         """Drop one reference from each block, in the given (eviction) order."""
         queue = self.free_queue
+        self.free_epoch += 1
         for block in ordered:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 from hooks import CallInfo, Hooks
 
 from .errors import StuckError
+from .fast_forward import try_fast_forward
 from .events import EventLoop
 from .kv_cache_manager import KVCacheManager, cdiv
 from .request import Request
@@ -25,7 +26,8 @@ from .step_timer import StepTimer, shape_of
 class Instance:
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], None],
-                 on_step: Optional[Callable] = None):
+                 on_step: Optional[Callable] = None, on_decode_step: Optional[Callable] = None,
+                 fast_forward: bool = False):
         self.index = index
         self.loop = loop
         self.scheduler = scheduler
@@ -35,6 +37,8 @@ class Instance:
         self.async_scheduling = async_scheduling
         self._on_finished = on_finished
         self._on_step = on_step
+        self._on_decode_step = on_decode_step
+        self.fast_forward = fast_forward and async_scheduling
         self.current: Optional[SchedulerOutput] = None
         self.pending: Optional[SchedulerOutput] = None
         self.busy_ns = 0
@@ -97,6 +101,8 @@ class Instance:
             self._finish(req, now)
         nxt, self.pending = self.pending, None
         if nxt:
+            if self.fast_forward and try_fast_forward(self, nxt):
+                return
             self._launch(nxt, now)
         elif self.scheduler.has_work():
             self._start(now)

@@ -87,14 +87,17 @@ class RaggedGrid2D:
 class GridND:
     """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``."""
 
-    __slots__ = ("axes", "values", "_np_axes")
+    __slots__ = ("axes", "values", "_np_axes", "_rows")
 
     def __init__(self, axes: Sequence[Sequence[float]], values: np.ndarray):
         self.axes = [list(map(float, a)) for a in axes]
         self.values = np.asarray(values, dtype=float)
         self._np_axes = [np.asarray(a, dtype=float) for a in self.axes]
+        self._rows = self.values.tolist() if self.values.ndim == 2 else None
 
     def __call__(self, *point: float) -> float:
+        if len(point) == 2:
+            return self._call2(point[0], point[1])
         idx, wts = [], []
         for a, x in zip(self.axes, point):
             i, w = bracket(a, x)
@@ -116,6 +119,17 @@ class GridND:
             if weight:
                 total += weight * v[tuple(sl)]
         return total
+
+    def _call2(self, x0: float, x1: float) -> float:
+        a0, a1 = self.axes
+        i, w = bracket(a0, x0)
+        j, u = bracket(a1, x1)
+        r0 = self._rows[i]
+        r1 = self._rows[i + 1] if len(a0) > 1 else r0
+        j1 = j + 1 if len(a1) > 1 else j
+        lo = r0[j] + u * (r0[j1] - r0[j])
+        hi = r1[j] + u * (r1[j1] - r1[j])
+        return lo + w * (hi - lo)
 
     def vector2(self, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
         """Vectorised 2-D lookup (used to time runs of decode steps at once)."""

@@ -71,6 +71,8 @@ class KVCacheManager:
         self.instance = instance
         self.prefix_stats = PrefixStats()
         self.num_reclaimed_entries = 0
+        self.entry_epoch = 0        # counts entry creations and releases
+        self._fit_fail = None       # state of the last failed admission check
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -111,7 +113,21 @@ class KVCacheManager:
 
     # ---- allocation ----------------------------------------------------------------------
     def can_fit_full_sequence(self, req: Request, hits: list[KVBlock]) -> bool:
-        """Admission gate (scheduler_reserve_full_isl): the whole current sequence must fit."""
+        """Admission gate (scheduler_reserve_full_isl): the whole current sequence must fit.
+
+        A head-of-line request is re-checked every step; while no block was freed, no
+        cached content dropped, no entry created or released and its hits did not change,
+        the answer cannot change (allocations only lower the free count, and a hit block
+        taken by another request lowers free and evictable hits alike), so it is reused."""
+        pool = self.pool
+        key = (req.request_id, pool.free_epoch, pool.drop_epoch, self.entry_epoch, len(hits))
+        if key == self._fit_fail:
+            return False
+        ok = self._can_fit(req, hits)
+        self._fit_fail = None if ok else key
+        return ok
+
+    def _can_fit(self, req: Request, hits: list[KVBlock]) -> bool:
         need = cdiv(req.num_tokens, self.block_size) - len(self.get_blocks(req.request_id)) - len(hits)
         need = max(need, 0)
         free = self.pool.num_free
@@ -181,6 +197,7 @@ class KVCacheManager:
         self.num_cached_blocks.pop(req.request_id, None)
         old = self.entries.get(req.owner)
         self._entry_seq += 1
+        self.entry_epoch += 1
         self.entries[req.owner] = KVEntry(req.owner, blocks, req.num_tokens, now_ns,
                                           decision.deadline_ns, decision.value, self._entry_seq)
         if old is not None:          # the new context supersedes the old (shared blocks stay held)
@@ -191,6 +208,7 @@ class KVCacheManager:
         entry = self.entries.pop(owner, None)
         if entry is None:
             return False
+        self.entry_epoch += 1
         self.pool.free_blocks(reversed(entry.blocks), drop_content)
         self._report(owner, 0, False, self._clock())
         return True

@@ -42,12 +42,7 @@ class MetricsCollector:
         self.gen_tokens = 0
 
     def on_step(self, inst, out, now: int, timing) -> None:
-        s = self.series[inst.index]
-        end = now + timing.total_ns
-        b0, b1 = now // NS_PER_S, end // NS_PER_S
-        s.grow(b1 + 1)
-        prompt = gen = 0
-        npf = nd = 0
+        prompt = gen = npf = nd = 0
         for sr in out.scheduled:
             if sr.num_new == 1 and sr.ctx_before > 0:
                 nd += 1
@@ -56,6 +51,17 @@ class MetricsCollector:
                 prompt += sr.num_new
             if sr.samples:
                 gen += 1
+        self._record(inst, now, timing, prompt, gen, npf, nd, len(out.scheduled))
+
+    def on_decode_step(self, inst, now: int, timing, n: int) -> None:
+        """A fast-forwarded step: n decodes, each sampling one token."""
+        self._record(inst, now, timing, 0, n, 0, n, n)
+
+    def _record(self, inst, now, timing, prompt, gen, npf, nd, nseq) -> None:
+        s = self.series[inst.index]
+        end = now + timing.total_ns
+        b0, b1 = now // NS_PER_S, end // NS_PER_S
+        s.grow(b1 + 1)
         s.prompt_tokens[b1] += prompt
         s.gen_tokens[b1] += gen
         self.prompt_tokens += prompt
@@ -73,7 +79,7 @@ class MetricsCollector:
         s.kv_used_blocks[b0] = pool.num_usable - pool.num_free
         if self.trace_rows is not None:
             self.trace_rows.append((inst.index, inst.num_steps - 1, now, timing.total_ns, npf, prompt, nd,
-                                    len(out.scheduled), timing.compute_ns, timing.comm_ns, timing.overhead_ns))
+                                    nseq, timing.compute_ns, timing.comm_ns, timing.overhead_ns))
 
     def rows(self, end_ns: int, block_bytes: int, weight_bytes_per_instance: int, power_model) -> list[dict]:
         """One row per simulated second per instance, up to ``end_ns``."""

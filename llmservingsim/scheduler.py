@@ -178,6 +178,7 @@ class Scheduler:
         """Apply a finished step: sampled tokens become real; return finished requests
         (removed from the queues; their blocks are still held for the retention decision)."""
         finished = []
+        block_size = self.kv.block_size
         for sr in out.scheduled:
             if not sr.samples:
                 continue
@@ -187,7 +188,8 @@ class Scheduler:
             if req.first_token_ns is None:
                 req.first_token_ns = now_ns
             req.last_token_ns = now_ns
-            if req.status == RequestStatus.RUNNING:
+            # a sampled token completes a block only at a block boundary
+            if req.num_tokens % block_size == 0 and req.status == RequestStatus.RUNNING:
                 self.kv.cache_blocks(req, min(req.num_computed_tokens, req.num_tokens))
             if req.num_tokens - req.prompt_len >= req.max_tokens:
                 if req.status == RequestStatus.RUNNING:

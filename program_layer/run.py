@@ -65,7 +65,9 @@ def _comm_model(model, device, tp: int, pp: int):
 
 
 def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
-                     profiles: Optional[str] = None, trace_steps: bool = False) -> Simulation:
+                     profiles: Optional[str] = None, trace_steps: bool = False,
+                     step_mode: bool = False) -> Simulation:
+    """``step_mode`` turns exact fast-forward off (the plain step-by-step loop)."""
     cfg = config if "_validated" in config else validate_config({k: v for k, v in config.items() if not k.startswith("_")})
     base = Path(base_dir or config.get("_base_dir") or ".")
     if seed is not None:
@@ -105,7 +107,8 @@ def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Opt
         kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=i)
         cluster.instances.append(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
-                                          engine["async_scheduling"], cluster.finished, metrics.on_step))
+                                          engine["async_scheduling"], cluster.finished, metrics.on_step,
+                                          metrics.on_decode_step, fast_forward=not step_mode))
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source)
@@ -181,7 +184,7 @@ def run_config(config: dict, out_dir, *, base_dir: Optional[Path] = None, seed: 
     """Simulate ``config`` and write calls.csv, programs.csv, timeseries.csv, summary.json."""
     t0 = time.perf_counter()
     sim = build_simulation(config, base_dir=base_dir, seed=seed, profiles=profiles,
-                           trace_steps=trace_steps is not None)
+                           trace_steps=trace_steps is not None, step_mode=step_mode)
     sim.run()
     summary = write_outputs(sim, Path(out_dir), trace_steps)
     if not quiet:

@@ -28,7 +28,7 @@ def main(args) -> int:
     if args.steps < 1:
         raise ConfigError("must be >= 1", key="--steps")
     cfg = load_config(args.config)
-    sim = build_simulation(cfg)
+    sim = build_simulation(cfg, step_mode=True)
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
     comm = sim.timer.comm or GraphCommModel(sim.model, sim.device, tp, pp)
     shapes = []

@@ -1,0 +1,150 @@
+"""Exact fast-forward over runs of pure-decode steps (issue 5).
+
+When an instance's next steps are pure decode of an unchanging batch and nothing can
+intervene, the scheduler's and updater's per-request loops are predictable: every running
+request computes and samples one token per step. ``fast_forward`` then applies many such
+steps at once, with exactly the step times, block allocations, cache publications, token
+timestamps and metrics the step-by-step loop would produce.
+
+Conditions (checked at the end of step N, after its output is applied, async scheduling):
+- step N+1 (already scheduled) is pure decode, contains every running request in list
+  order, preempted nobody, and the waiting queue is empty (no admission can happen);
+- no request reaches its max_tokens inside the horizon (finishes are events);
+- the block allocations of the horizon fit in the free blocks (no allocation can fail,
+  so no reclamation or preemption);
+- no other event is due before the last fast-forwarded step is launched (arrivals,
+  releases, other instances' steps: anything a policy or the scheduler could observe).
+Steps N+1 .. N+J-1 are applied in bulk; step N+J is launched by the normal code at its
+start time through the event loop, so the clock owner stays the event loop.
+"""
+from __future__ import annotations
+
+from .perf_model import BatchShape
+from .request import RequestStatus
+
+MIN_STEPS = 3
+
+
+def try_fast_forward(inst, nxt) -> bool:
+    """Fast-forward ``inst`` whose pending step is ``nxt``; False if it does not apply."""
+    sched = inst.scheduler
+    if sched.waiting or nxt.preempted:
+        return False
+    running = sched.running
+    scheduled = nxt.scheduled
+    n = len(scheduled)
+    if n == 0 or n != len(running):
+        return False
+    kv = inst.kv
+    bs = kv.block_size
+    horizon = 1 << 62
+    kv_sum = 0
+    kv_max = 0
+    kv_min = 1 << 62
+    for sr, req in zip(scheduled, running):
+        if sr.req is not req or sr.num_new != 1 or sr.ctx_before <= 0 or not sr.samples:
+            return False
+        left = req.max_tokens - (req.num_tokens - req.prompt_len)
+        if left < horizon:
+            horizon = left
+        kv = sr.ctx_before + 1
+        kv_sum += kv
+        kv_max = max(kv_max, kv)
+        kv_min = min(kv_min, kv)
+    if horizon < MIN_STEPS:
+        return False
+    allocs = _allocation_events(inst, scheduled, horizon - 1)
+    loop = inst.loop
+    next_event = loop.peek()
+    limit = next_event if next_event is not None else 1 << 62
+    free = inst.kv.pool.num_free
+    timer = inst.timer
+    # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1.
+    times = []
+    t = loop.now
+    k = 0                       # allocations planned so far (allocs is sorted by step)
+    for j in range(1, horizon):
+        timing = timer.time_shape(BatchShape(0, 0.0, 0, n, kv_sum + n * (j - 1), kv_max + j - 1, kv_min + j - 1))
+        t_end = t + timing.total_ns
+        if t_end >= limit:
+            break
+        k2 = k
+        while k2 < len(allocs) and allocs[k2][0] == j:
+            k2 += 1
+        if k2 > free:
+            break
+        k = k2
+        times.append((t, timing))
+        t = t_end
+    steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
+    if steps < MIN_STEPS - 1:
+        return False
+    _apply(inst, nxt, times, steps, allocs)
+    launch_at = t
+    loop.schedule(launch_at, lambda: inst._launch(nxt, launch_at))
+    return True
+
+
+def _allocation_events(inst, scheduled, max_step: int) -> list:
+    """(bulk step, batch index) of every block allocation within ``max_step`` steps, in the
+    order the step-by-step scheduler would make them. In bulk step j the schedule of step
+    N+j+1 takes a request from ``c + j`` to ``c + j + 1`` computed tokens (c = its pending
+    context); it needs a block when that exceeds the tokens its blocks hold."""
+    bs = inst.kv.block_size
+    blocks = inst.kv.req_blocks
+    events = []
+    for i, sr in enumerate(scheduled):
+        j = len(blocks[sr.req.request_id]) * bs - sr.ctx_before     # c + j == held * bs
+        if j < 1:
+            j = 1
+        while j <= max_step:
+            events.append((j, i))
+            j += bs
+    events.sort()
+    return events
+
+
+def _apply(inst, nxt, times, steps: int, allocs: list) -> None:
+    """Apply bulk steps N+1..N+steps in step-by-step order: launch of N+j (metrics), the
+    schedule of N+j+1 (block allocations), the end of N+j (sampled token; a completed
+    block is published). Per-request counters move once, by ``steps``."""
+    kv = inst.kv
+    pool = kv.pool
+    bs = kv.block_size
+    scheduled = nxt.scheduled
+    on_decode = inst._on_decode_step
+    n = len(scheduled)
+    # publication events: request i completes a block when its sampled tokens reach a multiple of bs
+    pubs = []
+    for i, sr in enumerate(scheduled):
+        n0 = sr.req.num_tokens
+        j = bs - n0 % bs
+        while j <= steps:
+            pubs.append((j, i))
+            j += bs
+    pubs.sort()
+    a = p = 0
+    for j in range(1, steps + 1):
+        t_start, timing = times[j - 1]
+        inst.busy_ns += timing.total_ns
+        inst.num_steps += 1
+        if on_decode is not None:
+            on_decode(inst, t_start, timing, n)
+        while a < len(allocs) and allocs[a][0] == j:
+            req = scheduled[allocs[a][1]].req
+            kv.req_blocks[req.request_id].extend(pool.get_new_blocks(1))
+            a += 1
+        while p < len(pubs) and pubs[p][0] == j:
+            req = scheduled[pubs[p][1]].req
+            kv.cache_blocks(req, req.num_tokens + j)
+            p += 1
+    t_last = times[-1][0] + times[-1][1].total_ns
+    for sr in scheduled:
+        req = sr.req
+        req.num_computed_tokens += steps
+        req.num_tokens += steps
+        req.last_token_ns = t_last
+        sr.ctx_before += steps
+        assert req.status == RequestStatus.RUNNING
+    sched = inst.scheduler
+    sched.num_ff_steps = getattr(sched, "num_ff_steps", 0) + steps
