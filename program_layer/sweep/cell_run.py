@@ -4,7 +4,9 @@ A cell folder ``DIR/cells/<cell-id>/`` holds:
   cell.json      the cell's index, axis values and full config (written before running)
   summary.json, calls.csv, programs.csv, timeseries.csv   the run's outputs (from the runner)
   error.txt      the traceback, when the runner raised
-  done           written last, atomically (temp file + rename), only after a successful run
+  done           written last, atomically (temp file + rename), only after a successful run:
+                 {"cell_id": ..., "wall_s": ...} (wall-clock cost of the cell, kept out of results.csv
+                 so that file stays byte-identical across runs)
 
 Invariants:
 - A folder with ``done`` and ``summary.json`` is finished; nothing reruns it.
@@ -98,8 +100,9 @@ def run_cell(task: CellTask) -> CellOutcome:
         summary = runner(task.config, cell_dir, base_dir=base_dir, **task.runner_kwargs)
         if not (cell_dir / SUMMARY).is_file():  # the contract says the runner writes it; be safe
             write_atomic(cell_dir / SUMMARY, json.dumps(summary, indent=2, sort_keys=True) + "\n")
-        write_atomic(cell_dir / DONE, task.cell_id + "\n")
-        return CellOutcome(task.cell_id, task.index, "ok", wall_s=time.monotonic() - start)
+        wall_s = time.monotonic() - start
+        write_atomic(cell_dir / DONE, json.dumps({"cell_id": task.cell_id, "wall_s": round(wall_s, 3)}) + "\n")
+        return CellOutcome(task.cell_id, task.index, "ok", wall_s=wall_s)
     except BaseException as exc:  # noqa: BLE001 - a cell's failure must not stop the sweep
         if isinstance(exc, KeyboardInterrupt):
             raise

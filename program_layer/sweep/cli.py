@@ -58,7 +58,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.quiet:
         print((report.out_dir / TABLE_MD).read_text(encoding="utf-8"))
         print(f"sweep {spec.name}: {len(report.cells)} cells - {len(report.ran)} ran, "
-              f"{len(report.skipped)} finished earlier, {len(report.failed)} failed -> {report.out_dir} "
+              f"{len(report.skipped)} finished earlier, {len(report.failed)} failed "
+              f"({report.cell_wall_s:.1f} s of cell time) -> {report.out_dir} "
               f"(results.csv, table.md{', plots/' if not args.no_plots else ''})")
     return 0 if report.ok else 1
 

@@ -45,6 +45,7 @@ class SweepReport:
     failed: dict[str, str] = field(default_factory=dict)
     results: list[dict] = field(default_factory=list)
     outputs: list[Path] = field(default_factory=list)
+    cell_wall_s: float = 0.0  # wall-clock seconds the cells run by this invocation took, summed
 
     @property
     def ok(self) -> bool:
@@ -93,6 +94,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, executor: Executor | None
                 report.ran.append(cell.cell_id)
             if outcome.status == "failed":
                 report.failed[cell.cell_id] = outcome.error or "failed"
+            report.cell_wall_s += outcome.wall_s
             bar.update(note=f"{len(report.failed)} failed" if report.failed else "")
             write_results_csv(out_dir, spec.axis_keys, collect_results(cells, out_dir))
             if on_cell:

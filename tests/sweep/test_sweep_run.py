@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -55,7 +56,8 @@ def test_failing_cell_recorded_and_others_continue(tmp_path, fake_log):
             assert not (folder / "done").exists()
             assert "RuntimeError: retention policy 'boom' exploded" in (folder / "error.txt").read_text()
         else:
-            assert (folder / "done").read_text() == cell.cell_id + "\n"
+            done = json.loads((folder / "done").read_text())
+            assert done["cell_id"] == cell.cell_id and done["wall_s"] >= 0
             assert (folder / "cell.json").exists() and not (folder / "error.txt").exists()
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert [r["status"] for r in rows] == ["ok", "ok", "failed", "failed", "ok", "ok"]
