@@ -46,7 +46,15 @@ def chunk_time(algo: str, kind: str, topo: str, n: int, d: int, bw: float, lat: 
         h = far_hops(topo, n)
         m = d // n
         if kind == "all-reduce":
-            return 2 * c(m, h) + red(m, mem) + 3 * e
+            # round 2 starts at the first finished reduction at or after the last round-1 arrival;
+            # pieces whose reduction finished earlier go out then, the rest as they finish, to
+            # offsets 1..n-1 in order (= 2c + r + 3E when every peer is equally far)
+            costs = [c(m, offset_hops(topo, n, k)) for k in range(1, n)]
+            last = e + max(costs)
+            gens = sorted(e + x + e + red(m, mem) for x in costs)
+            first = min(g for g in gens if g >= last)
+            sends = [max(g, first) for g in gens]
+            return max(s + costs[k] for k, s in enumerate(sends)) + e
         if kind == "reduce-scatter":
             return c(m, h) + red(m, mem) + 2 * e
         if kind == "all-gather":

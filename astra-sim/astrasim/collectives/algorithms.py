@@ -59,6 +59,9 @@ class Step:
 class PhasePlan:
     steps: tuple[Step, ...]
     final_size: int
+    #: "direct-all-reduce": the second round's sends are released as upstream does (see
+    #: phase_time.direct_all_reduce_ns) instead of by the generic step recurrence.
+    special: str = ""
 
 
 def _ring(kind: str, n: int, d: int) -> PhasePlan:
@@ -83,7 +86,9 @@ def _direct_round(m: int, n: int, window: int, reduce: bool) -> list[Step]:
 def _direct(kind: str, n: int, d: int, window: int) -> PhasePlan:
     if kind == "all-reduce":
         m = d // n
-        return PhasePlan(tuple(_direct_round(m, n, window, True) + _direct_round(m, n, window, False)), d)
+        steps = tuple(_direct_round(m, n, window, True) + _direct_round(m, n, window, False))
+        full = window <= 0 or window >= n - 1
+        return PhasePlan(steps, d, "direct-all-reduce" if full else "")
     if kind == "reduce-scatter":
         return PhasePlan(tuple(_direct_round(d // n, n, window, True)), d // n)
     if kind == "all-gather":

@@ -39,6 +39,8 @@ def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
         return 0
     if network.congestion_aware:
         return phase_ns_links(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs)
+    if plan.special == "direct-all-reduce":
+        return direct_all_reduce_ns(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs)
     e = endpoint_delay_ns
     ready = [e] * n
     cost_cache: dict[tuple[int, int, int], int] = {}
@@ -119,3 +121,36 @@ def phase_ns_links(plan: PhasePlan, members: Sequence[int], network: NetworkBack
             last[j][k] = max(last[j][k], t)
             maybe_done(j, k)
     return max(finish)
+
+
+def direct_all_reduce_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
+                         endpoint_delay_ns: int, local_mem_bw_gbs: float) -> int:
+    """Direct all-reduce with every peer in flight (upstream ``AllToAll`` as all-reduce).
+
+    Round 1: each rank sends ``m`` to all peers at ``E``; every arriving piece is reduced
+    (``E + r`` after its arrival, pieces in parallel), and each finished reduction frees one
+    send slot. Round 2 may start only once all round-1 pieces have arrived: at the first
+    reduction completion at or after that instant the rank sends as many pieces as it has free
+    slots, the rest as their reductions complete, to peers at offsets 1, 2, ..., n-1 in that
+    order. A rank is done ``E`` after its last round-2 piece arrives. (When some reductions end
+    before the last piece arrives, round 2 starts earlier than "last arrival + E + r".)
+    """
+    n, e = len(members), endpoint_delay_ns
+    m = plan.steps[0].size
+    r = reduction_ns(plan.steps[0].reduce_bytes, local_mem_bw_gbs)
+    send = network.send_ns
+    cost = [[0 if i == j else send(members[i], members[j], m) for j in range(n)] for i in range(n)]
+    last2 = [0] * n
+    for i in range(n):
+        arrivals = [e + cost[j][i] for j in range(n) if j != i]
+        everything = max(arrivals)
+        times, pending = [], 0
+        for g in sorted(a + e + r for a in arrivals):
+            pending += 1
+            if g >= everything:
+                times.extend([g] * pending)
+                pending = 0
+        for k, t in enumerate(times):
+            d = (i + 1 + k) % n
+            last2[d] = max(last2[d], t + cost[i][d])
+    return max(last2) + e
