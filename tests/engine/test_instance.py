@@ -1,0 +1,134 @@
+"""Instance and Cluster step loop with a fixed-duration fake timer: sync vs async arrival
+timing (vLLM core.py: a request arriving during step N is first scheduled in step N+2 under
+async scheduling), completion records, admission errors, and liveness."""
+import pytest
+
+from engine_helpers import create_scheduler
+from hooks import Hooks, RetentionDecision
+from llmservingsim.cluster import Cluster
+from llmservingsim.errors import StuckError
+from llmservingsim.events import EventLoop
+from llmservingsim.instance import Instance
+from llmservingsim.request import CallSpec
+from llmservingsim.step_timer import StepTiming
+from llmservingsim.tokens import TokenStream
+
+STEP = 1_000
+
+
+class FixedTimer:
+    """Every step takes STEP ns (no performance model)."""
+
+    def time(self, out):
+        return StepTiming(total_ns=STEP, compute_ns=STEP, comm_ns=0, overhead_ns=0)
+
+
+def make_cluster(async_scheduling, hooks=None, **sched_kw):
+    loop = EventLoop()
+    cluster = Cluster(loop, hooks)
+    sched = create_scheduler(**sched_kw)
+    cluster.instances.append(Instance(0, loop, sched, FixedTimer(), cluster.hooks, async_scheduling,
+                                      cluster.finished))
+    return cluster
+
+
+def call(owner, prompt, output, uid=None, ids=None):
+    stream = TokenStream(uid=uid if uid is not None else 5000 + owner, block_size=16, ids=ids)
+    return CallSpec(owner=owner, call_index=0, prompt_tokens=prompt, output_tokens=output,
+                    tool_duration_ns=0, tool_name=None, tokens=stream)
+
+
+@pytest.mark.parametrize("async_scheduling, b_first_scheduled", [(False, 1 * STEP), (True, 2 * STEP)])
+def test_arrival_during_a_step(async_scheduling, b_first_scheduled):
+    cluster = make_cluster(async_scheduling)
+    cluster.submit(0, call(0, 20, 4), request_id=0)           # idle engine: scheduled at once
+    cluster.schedule(STEP // 2, lambda: cluster.submit(0, call(1, 20, 4), request_id=1))
+    cluster.run()
+    done = {fc.info.request_id: fc for fc in cluster.finished_calls}
+    assert done[0].first_scheduled_ns == 0 and done[0].first_token_ns == STEP
+    assert done[1].first_scheduled_ns == b_first_scheduled
+    assert done[1].first_token_ns == b_first_scheduled + STEP
+    # 4 outputs: one per step, the last one when the 4th step ends.
+    assert done[0].last_token_ns == 4 * STEP
+    assert done[1].last_token_ns == b_first_scheduled + 4 * STEP
+    assert cluster.instances[0].num_steps == (6 if async_scheduling else 5)
+    assert cluster.requests == {}
+    kv = cluster.instances[0].kv
+    assert kv.num_free_blocks == kv.pool.num_usable
+
+
+def test_finished_call_records_cache_hits_and_preemptions():
+    cluster = make_cluster(False)
+    ids = list(range(100))
+    cluster.submit(0, call(0, 64, 2, ids=ids), request_id=0)
+    cluster.run()
+    cluster.submit(0, call(1, 80, 2, ids=ids), request_id=1)  # shares 64 tokens
+    cluster.run()
+    fc = {f.info.request_id: f for f in cluster.finished_calls}
+    assert fc[0].num_cached_tokens == 0 and fc[1].num_cached_tokens == 64
+    assert fc[1].num_preemptions == 0
+    kv = cluster.instances[0].kv
+    assert (kv.prefix_stats.queries, kv.prefix_stats.hits) == (144, 64)
+
+
+def test_call_larger_than_pool_is_rejected():
+    cluster = make_cluster(False, num_blocks=5)                # 4 blocks = 64 tokens
+    with pytest.raises(StuckError, match="can never run"):
+        cluster.submit(0, call(0, 60, 5), request_id=0)
+    cluster.submit(0, call(1, 60, 4), request_id=1)            # exactly fits
+    cluster.run()
+
+
+class ByRequestId:
+    def __init__(self, table):
+        self.table = table
+
+    def priority(self, info, now_ns):
+        return self.table[info.request_id]
+
+
+@pytest.mark.xfail(strict=True, raises=StuckError, reason=(
+    "Instance._start stalls on a step that only preempts. With the priority policy the "
+    "request needing a block can be the worst running request at index 0; it preempts "
+    "itself and the running loop ends (0.19 break), so schedule() returns no scheduled "
+    "request but a non-empty preempted list while others still run. _start neither "
+    "launches nor retries (it only raises when running is empty), no event is queued, and "
+    "Cluster.run ends with unfinished calls. vLLM's busy loop just calls schedule() again "
+    "(an empty step), which serves the others and re-admits the victim later. Fix: in "
+    "_start (and for an empty pending step) reschedule while out is empty but "
+    "out.preempted is not."))
+def test_step_that_only_preempts_does_not_stall_the_instance():
+    hooks = Hooks(priority=ByRequestId({0: 5, 1: 0}))
+    cluster = make_cluster(False, hooks=hooks, num_blocks=4, policy="priority",
+                           enable_caching=False)               # 3 usable blocks
+    cluster.submit(0, call(0, 28, 10), request_id=0)           # 2 blocks, 3rd at 33 tokens
+    cluster.schedule(STEP // 2, lambda: cluster.submit(0, call(1, 1, 12), request_id=1))
+    cluster.run()
+    assert sorted(f.info.request_id for f in cluster.finished_calls) == [0, 1]
+
+
+class ProtectAll:
+    def on_complete(self, info, now_ns, kv_utilization):
+        return RetentionDecision("protect", 10**12, 1.0)
+
+    def on_arrival(self, info, now_ns):
+        return RetentionDecision("none")
+
+
+@pytest.mark.xfail(strict=True, raises=StuckError, reason=(
+    "A call can be blocked forever by its own program's KV entry. KVCacheManager._reclaim "
+    "excludes the caller's owner, so blocks of its entry that are not cache hits for the new "
+    "call (the old partial last block, diverged blocks) stay held. A follow-up whose whole "
+    "sequence fits the pool (Cluster.check_fits passes) but not pool minus those dead blocks "
+    "is never admitted; with nothing running the instance raises StuckError. Expected: the "
+    "call is admitted (e.g. release the own entry's non-hit blocks, or the whole entry after "
+    "touching the hits, when nothing else can make room)."))
+def test_own_entry_does_not_deadlock_the_next_call():
+    cluster = make_cluster(False, hooks=Hooks(retention=ProtectAll()), num_blocks=8)   # 7 usable
+    ids = list(range(200))
+    cluster.submit(0, call(5, 30, 10, ids=ids), request_id=0)  # entry: 3 blocks (2 hashed)
+    cluster.run()
+    assert len(cluster.instances[0].kv.entries[5].blocks) == 3
+    cluster.submit(0, call(5, 111, 1, ids=ids), request_id=1)  # 112 tokens = the whole pool
+    cluster.run()
+    assert [f.info.request_id for f in cluster.finished_calls] == [0, 1]
