@@ -139,8 +139,11 @@ def _apply(inst, nxt, times, steps: int, allocs: list) -> None:
             kv.cache_blocks(req, req.num_tokens + j)
             p += 1
     t_last = times[-1][0] + times[-1][1].total_ns
+    t_first = times[0][0] + times[0][1].total_ns
     for sr in scheduled:
         req = sr.req
+        if req.first_token_ns is None:     # a last 1-token prefill chunk samples its first token
+            req.first_token_ns = t_first
         req.num_computed_tokens += steps
         req.num_tokens += steps
         req.last_token_ns = t_last
