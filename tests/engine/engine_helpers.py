@@ -189,7 +189,7 @@ def run_steps(sched: Scheduler, *, async_mode: bool = False, max_steps: int = 10
 def assert_engine_empty(sched: Scheduler, strict_hash_map: bool = True) -> None:
     """vLLM's ``assert_scheduler_empty``: no requests, all usable blocks free, no refs.
     ``strict_hash_map=False`` skips ``kv.check_invariants()``'s hash-map check, which
-    orphaned duplicate blocks fail (a known BlockPool bug, see test_block_pool.py)."""
+    orphaned duplicate blocks fail (a known BlockPool bug, see test_engine_block_pool.py)."""
     kv = sched.kv
     assert not sched.running, sched.running
     assert len(sched.waiting) == 0, list(sched.waiting)

@@ -21,7 +21,7 @@ from hooks import EVICT, RELEASE, RetentionDecision
 
 SEEDS = range(80)
 
-# Known KVCacheManager reclaim bugs (strict xfails in test_retention.py): the dry run behind
+# Known KVCacheManager reclaim bugs (strict xfails in test_engine_retention.py and test_engine_instance.py): the dry run behind
 # the admission gate never counts blocks shared by two entries, and a call never reclaims its
 # own program's entry, so an idle engine can stall with reclaimable KV. Until fixed, retention
 # runs release the first entry in eviction order when the engine stalls (counted in

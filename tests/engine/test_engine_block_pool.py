@@ -1,6 +1,8 @@
 """BlockPool and FreeBlockQueue (vLLM test_kv_cache_utils.py FreeKVCacheBlockQueue tests,
 test_prefix_caching.py test_maybe_evict_cached_block / test_hash_block_correct_reuse)."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmservingsim.block_pool import BlockPool, FreeBlockQueue, KVBlock
 
@@ -136,3 +138,28 @@ def test_maybe_evict_cached_block_keeps_duplicate_hittable():
     pool.get_new_blocks(2)                         # evicts b2, the mapped copy of hash 20
     assert pool.get_cached_block(20) is b3         # vLLM: block3 is still cached
     pool.check_invariants()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["popleft", "append", "appendleft", "remove"]),
+                          st.integers(0, 7)), max_size=60))
+def test_free_queue_matches_a_list_model(ops):
+    """Any sequence of queue operations keeps the linked list equal to a plain list."""
+    blocks = [KVBlock(i) for i in range(8)]
+    q = FreeBlockQueue(blocks)
+    model = list(range(8))
+    for op, i in ops:
+        if op == "popleft":
+            if model:
+                assert q.popleft().block_id == model.pop(0)
+        elif op == "remove":
+            if i in model:
+                q.remove(blocks[i])
+                model.remove(i)
+        elif i not in model:                       # only free blocks may be (re)inserted
+            getattr(q, op)(blocks[i])
+            if op == "append":
+                model.append(i)
+            else:
+                model.insert(0, i)
+        assert q.block_ids() == model and q.num_free == len(model)
