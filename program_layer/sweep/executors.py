@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -143,6 +144,7 @@ class RayExecutor(Executor):
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if address:
+                _check_reachable(address)
                 kwargs["address"] = address
             elif workers:
                 kwargs["num_cpus"] = workers
@@ -175,6 +177,21 @@ class RayExecutor(Executor):
         if self._owns:
             self._ray.shutdown()
             self._owns = False
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes, on a mistyped 'host:port' or 'ray://host:port' address
+    (Ray itself retries an unreachable head for a long time). 'auto' and other forms are
+    left to Ray."""
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach a Ray cluster at {address}: {exc.strerror or exc}",
+                          key="--ray-address") from None
 
 
 def make_executor(kind: str, *, workers: int | None = None, ray_address: str | None = None) -> Executor:

@@ -100,10 +100,15 @@ def _caption(references: Mapping[str, Mapping], base: Mapping, fixed: Mapping) -
     for ref in references.values():
         label = ", ".join(f"{short_key(k)}={value_label(v)}" for k, v in ref["values"].items()
                           if k not in base and k not in fixed)
-        jct = f"{ref[JCT]:.1f} s" if ref["status"] == "ok" and ref.get(JCT) is not None else ref["status"]
+        jct = _seconds(ref[JCT]) if ref["status"] == "ok" and ref.get(JCT) is not None else ref["status"]
         parts.append(f"{label}: {jct}" if label else jct)
     return (f"Table: change in mean JCT relative to {named} ({'; '.join(parts) or 'no reference cell'}); "
             "lower is better.")
+
+
+def _seconds(value: float) -> str:
+    """Mean JCT for the caption: one decimal (as the paper's "3726 s"), more digits when small."""
+    return f"{value:.1f} s" if abs(value) >= 100 else f"{value:.4g} s"
 
 
 def _key(values: Mapping) -> str:

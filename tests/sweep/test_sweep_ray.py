@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,18 @@ def test_ray_sweep_matches_serial(tmp_path):
     assert [r["status"] for r in rows] == ["ok", "ok", "failed", "failed", "ok", "ok"]
     run_sweep(spec, tmp_path / "serial", executor=SerialExecutor(), runner="sweep_fakes:fake_run_config", plots=False)
     assert (tmp_path / "ray" / "results.csv").read_bytes() == (tmp_path / "serial" / "results.csv").read_bytes()
+
+
+def test_unreachable_ray_address_fails_fast(capsys):
+    import program_layer.cli as main_cli
+
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'agentservesim[ray]')")
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = Path(__file__).resolve().parents[2] / "examples" / "sweeps" / "table1.yaml"
+    args = ["sweep", str(spec), "--out", "/nonexistent", "--ray-address", f"127.0.0.1:{port}"]
+    assert main_cli.main(args) == 2
+    assert f"key '--ray-address': cannot reach a Ray cluster at 127.0.0.1:{port}" in capsys.readouterr().err

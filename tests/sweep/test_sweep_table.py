@@ -107,5 +107,9 @@ def test_failed_baseline_and_single_axis(tmp_path):
     render_outputs(tmp_path, plots=False)
     lines = (tmp_path / "table.md").read_text().splitlines()
     assert lines[2] == "Table: change in mean JCT relative to retention=cache-lru (failed); lower is better."
+    (tmp_path / "small").mkdir()
+    fake_sweep(tmp_path / "small", (RET,), {("cache-lru",): 0.439626767, ("ttl",): 0.5})
+    render_outputs(tmp_path / "small", plots=False)
+    assert "relative to retention=cache-lru (0.4396 s)" in (tmp_path / "small" / "table.md").read_text()
     assert lines[4:] == ["| retention | change in mean JCT |", "|---|---:|", "| cache-lru | failed |",
                          "| ttl | n/a (baseline not ok) |", "| pressure-ttl | n/a (baseline not ok) |"]
