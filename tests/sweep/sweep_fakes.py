@@ -2,6 +2,7 @@
 
 Mean JCT = 1000 s x rate factor + retention offset + scheduling offset (below). Behaviour hooks:
 - ``policies.retention: boom``      -> raises (a failing cell)
+- ``policies.retention: crash``     -> the worker process dies (os._exit), unless env SWEEP_FAKE_NO_CRASH
 - ``workload.fake_sleep_s: S``      -> sleeps S wall seconds first (to interrupt a sweep)
 - env SWEEP_FAKE_LOG=path           -> appends "<retention>,<scheduling>,<rate>" per invocation
 - env SWEEP_FAKE_SLEEP=ret:S         -> sleeps S wall seconds in cells whose retention is ret
@@ -15,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-RETENTION = {"cache-lru": 0.0, "ttl": 4.0, "pressure-ttl": -2.0}
+RETENTION = {"cache-lru": 0.0, "ttl": 4.0, "pressure-ttl": -2.0, "crash": 8.0}
 SCHEDULING = {"fcfs": 0.0, "plas": -39.0}
 N_PROGRAMS = 20
 SECONDS = 30
@@ -39,6 +40,8 @@ def fake_run_config(config, out_dir, *, base_dir=None, seed=None, step_mode=Fals
     sleep_on, _, seconds = os.environ.get("SWEEP_FAKE_SLEEP", "").partition(":")
     if sleep_on and pol.get("retention") == sleep_on:
         time.sleep(float(seconds))
+    if pol.get("retention") == "crash" and not os.environ.get("SWEEP_FAKE_NO_CRASH"):
+        os._exit(3)
     if pol.get("retention") == "boom":
         raise RuntimeError("retention policy 'boom' exploded")
     out = Path(out_dir)
