@@ -105,7 +105,7 @@ def random_run(seed: int, async_mode: bool, retention: bool = False) -> EngineCh
         if not (retention and KNOWN_RECLAIM_BUGS and kv.entries):
             return False
         checker.stall_releases += 1
-        kv.release_entry(kv._entry_order(exclude_owner=-1)[0].owner)
+        kv.release_entry(kv._entry_order(-1)[0].owner)
         return True
 
     def on_update(out, done):
