@@ -72,11 +72,21 @@ def test_zero_duration_compute_takes_one_ns(s):
     assert s.run([[comp(0, 0)], [comp(0, 0), comp(1, 0)]]).finish_ns == [1, 2]
 
 
-def test_collective_waits_for_all_members(s):
-    r = s.run([[comp(0, 100), ar(1, data_deps=[0])], [ar(1)]])
-    assert r.finish_ns == [100_000 + T(s)] * 2
-    assert r.comm_only_ns == [T(s), 100_000 + T(s)]
-    assert r.exposed_comm_ns == [T(s), 100_000 + T(s)]
+def test_collective_runs_on_each_members_clock():
+    # Rank 1 issues at 0, rank 0 at 100 us. Each rank posts its step-k receive when it sends
+    # step k, so rank 1's first message waits for rank 0, and rank 1 finishes first: it gets
+    # rank 0's second message, which left right after rank 0's first reduction. The same
+    # numbers come out of the upstream binary (2 NPUs, 16 MiB, Ring 100 GB/s, 1000 ns).
+    s = sim(2)
+    s2 = SystemSimulator(analytical_network_from_link("Ring", 2, BW, LAT), s.system)
+    r = s2.run([[comp(0, 100), ar(1, data_deps=[0])], [ar(1)]])
+    c, red, e = 79_125, 3 * 5_242, 10
+    rank1_second_send = 100_000 + e + c + e + red   # after rank 0's first message reached it
+    rank1 = rank1_second_send + e                   # rank 0's 2nd message is already there
+    rank0 = rank1_second_send + c + e               # rank 0 waits for rank 1's 2nd message
+    assert r.finish_ns == [rank0, rank1] == [274_006, 194_881]
+    assert r.comm_only_ns == [174_006, 194_881]
+    assert r.exposed_comm_ns == [174_006, 194_881]
 
 
 def test_collectives_match_in_issue_order_per_group():

@@ -23,8 +23,10 @@ halvingDoubling    reduce-scatter     log2 n, offsets 1,2,...,n/2     D/2, D/4, 
 halvingDoubling    all-gather         log2 n, offsets n/2,...,1       D, 2D, 4D, ...   D*n
 =================  =================  ==============================  ===============  ===========
 
-``D`` is the phase's input bytes (for all-gather: what each rank contributes). A direct round
-with a ``window`` w < n-1 is split into ceil((n-1)/w) sequential batches of w peers.
+``D`` is the phase's input bytes (for all-gather: what each rank contributes). The direct
+plans here (rounds to all peers, split into batches of ``window`` peers) are used only by the
+congestion-aware backend; on the congestion-unaware backend direct phases are timed exactly by
+:mod:`astrasim.collectives.direct_sim`.
 A reducing step is followed by a local reduction of ``reduce_bytes`` (``3*floor(b/M)``): ring
 reduces each received message (``D//n``); direct reduces once per round (the pieces are
 processed in parallel); halvingDoubling reduces after each halving step except the last, with
@@ -59,9 +61,6 @@ class Step:
 class PhasePlan:
     steps: tuple[Step, ...]
     final_size: int
-    #: "direct-all-reduce": the second round's sends are released as upstream does (see
-    #: phase_time.direct_all_reduce_ns) instead of by the generic step recurrence.
-    special: str = ""
 
 
 def _ring(kind: str, n: int, d: int) -> PhasePlan:
@@ -86,9 +85,7 @@ def _direct_round(m: int, n: int, window: int, reduce: bool) -> list[Step]:
 def _direct(kind: str, n: int, d: int, window: int) -> PhasePlan:
     if kind == "all-reduce":
         m = d // n
-        steps = tuple(_direct_round(m, n, window, True) + _direct_round(m, n, window, False))
-        full = window <= 0 or window >= n - 1
-        return PhasePlan(steps, d, "direct-all-reduce" if full else "")
+        return PhasePlan(tuple(_direct_round(m, n, window, True) + _direct_round(m, n, window, False)), d)
     if kind == "reduce-scatter":
         return PhasePlan(tuple(_direct_round(d // n, n, window, True)), d // n)
     if kind == "all-gather":

@@ -1,19 +1,20 @@
 """Time of one collective phase on a logical ring, from per-message network delays.
 
-Model (ASTRA-Sim's packet flow with the congestion-unaware backend, all ranks starting together):
-every rank first pays one endpoint delay ``E`` (the initial packet hand-off), then for each step
+Model (ASTRA-Sim's packet flow with the congestion-unaware backend): every rank starts at its
+own start time, first pays one endpoint delay ``E`` (the initial packet hand-off), then for each step
 waits until every message addressed to it has arrived (a message leaves its sender when the
 sender is ready for that step and takes ``network.send_ns``), and then pays ``E`` again plus,
 for a reducing step, the local reduction ``3 * floor(m / M)`` (one write and two reads of the
 reduced bytes at ``M = local-mem-bw`` bytes per ns; ASTRA-Sim's double arithmetic).
-The phase ends when the slowest rank is done. With equal message costs ``c`` this is exactly
+Each rank finishes at its own time (:func:`phase_finish`); with equal starts and equal message
+costs ``c`` every rank takes exactly
 
     T = K*c + (K+1)*E + R*3*floor(m/M)      (K steps, R reducing steps)
 
 which for ring all-reduce gives formats.md's ``2(n-1)*c + (n-1)*3*floor(m/M) + (2n-1)*E``.
 
 On a congestion-aware backend the same rank logic runs as a small event simulation in which
-every message is forwarded link by link through FIFO links (:func:`phase_ns_links`), so
+every message is forwarded link by link through FIFO links (:func:`phase_finish_links`), so
 messages of one phase that share a link queue behind each other.
 """
 from __future__ import annotations
@@ -31,18 +32,23 @@ def reduction_ns(size: int, local_mem_bw_gbs: float) -> int:
     return 3 * one
 
 
-def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
-             endpoint_delay_ns: int, local_mem_bw_gbs: float) -> int:
-    """Duration of ``plan`` run by ``members`` (global NPU ids in logical-ring order)."""
+def phase_finish(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
+                 endpoint_delay_ns: int, local_mem_bw_gbs: float,
+                 starts: Sequence[int] | None = None) -> list[int]:
+    """Per-member finish times of ``plan`` run by ``members`` (global NPU ids in logical-ring
+    order), each member starting at ``starts[i]`` (default: all at 0).
+
+    A message for step k is received when it has arrived *and* the receiver has reached step k
+    (it posts the receive when it sends its own step-k message), as upstream.
+    """
     n = len(members)
+    starts = [0] * n if starts is None else list(starts)
     if n <= 1 or not plan.steps:
-        return 0
+        return starts
     if network.congestion_aware:
-        return phase_ns_links(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs)
-    if plan.special == "direct-all-reduce":
-        return direct_all_reduce_ns(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs)
+        return phase_finish_links(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs, starts)
     e = endpoint_delay_ns
-    ready = [e] * n
+    ready = [s + e for s in starts]
     cost_cache: dict[tuple[int, int, int], int] = {}
     send = network.send_ns
     for step in plan.steps:
@@ -63,12 +69,18 @@ def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
                     arrive = t
             new[i] = arrive + tail
         ready = new
-    return max(ready)
+    return ready
 
 
-def phase_ns_links(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
-                   endpoint_delay_ns: int, local_mem_bw_gbs: float) -> int:
-    """Event-driven version of :func:`phase_ns` with per-link FIFO queueing."""
+def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
+             endpoint_delay_ns: int, local_mem_bw_gbs: float) -> int:
+    """Duration of ``plan`` when all members start together (the slowest member decides)."""
+    return max(phase_finish(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs), default=0)
+
+
+def phase_finish_links(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
+                       endpoint_delay_ns: int, local_mem_bw_gbs: float, starts: Sequence[int]) -> list[int]:
+    """Event-driven version of :func:`phase_finish` with per-link FIFO queueing."""
     n, steps, e = len(members), plan.steps, endpoint_delay_ns
     tails = [e + (reduction_ns(s.reduce_bytes, local_mem_bw_gbs) if s.reduce_bytes else 0) for s in steps]
     got = [[0] * len(steps) for _ in range(n)]
@@ -95,7 +107,7 @@ def phase_ns_links(plan: PhasePlan, members: Sequence[int], network: NetworkBack
             finish[i] = done
 
     for i in range(n):
-        push(e, "inject", i, 0)
+        push(starts[i] + e, "inject", i, 0)
     while events:
         t, _, kind, *rest = heapq.heappop(events)
         if kind == "inject":
@@ -120,37 +132,5 @@ def phase_ns_links(plan: PhasePlan, members: Sequence[int], network: NetworkBack
             got[j][k] += 1
             last[j][k] = max(last[j][k], t)
             maybe_done(j, k)
-    return max(finish)
+    return finish
 
-
-def direct_all_reduce_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
-                         endpoint_delay_ns: int, local_mem_bw_gbs: float) -> int:
-    """Direct all-reduce with every peer in flight (upstream ``AllToAll`` as all-reduce).
-
-    Round 1: each rank sends ``m`` to all peers at ``E``; every arriving piece is reduced
-    (``E + r`` after its arrival, pieces in parallel), and each finished reduction frees one
-    send slot. Round 2 may start only once all round-1 pieces have arrived: at the first
-    reduction completion at or after that instant the rank sends as many pieces as it has free
-    slots, the rest as their reductions complete, to peers at offsets 1, 2, ..., n-1 in that
-    order. A rank is done ``E`` after its last round-2 piece arrives. (When some reductions end
-    before the last piece arrives, round 2 starts earlier than "last arrival + E + r".)
-    """
-    n, e = len(members), endpoint_delay_ns
-    m = plan.steps[0].size
-    r = reduction_ns(plan.steps[0].reduce_bytes, local_mem_bw_gbs)
-    send = network.send_ns
-    cost = [[0 if i == j else send(members[i], members[j], m) for j in range(n)] for i in range(n)]
-    last2 = [0] * n
-    for i in range(n):
-        arrivals = [e + cost[j][i] for j in range(n) if j != i]
-        everything = max(arrivals)
-        times, pending = [], 0
-        for g in sorted(a + e + r for a in arrivals):
-            pending += 1
-            if g >= everything:
-                times.extend([g] * pending)
-                pending = 0
-        for k, t in enumerate(times):
-            d = (i + 1 + k) % n
-            last2[d] = max(last2[d], t + cost[i][d])
-    return max(last2) + e

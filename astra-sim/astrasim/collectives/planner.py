@@ -18,8 +18,15 @@ How a collective of ``S`` bytes becomes time (all participating ranks start toge
    once (FIFO); a chunk enters the next dimension's queue when its phase ends. With one
    dimension and one active chunk, chunks simply run back to back: T = chunks * T_chunk.
 
-Everything is memoized per (kind, size, group, involved dims): repeated queries cost one dict
-lookup.
+4. **Per-rank times.** When a collective is a single phase whose ring spans all its members
+   (one-dimensional network, ``one*`` algorithms, communicator groups), every member keeps its
+   own clock: it starts when it issues the collective, chunks follow each other per rank, and
+   members finish at different times when message costs differ (e.g. a group whose ring wraps
+   over a longer path) -- as upstream. With several phases all members start when the last
+   one has issued and finish together.
+
+Everything is memoized per (kind, size, group, involved dims) for equal start times: repeated
+queries cost one dict lookup.
 """
 from __future__ import annotations
 
@@ -31,7 +38,8 @@ from ..config.system import Implementation, SystemConfig
 from ..errors import ConfigError, WorkloadError
 from ..network.base import NetworkBackend
 from .algorithms import plan_phase
-from .phase_time import phase_ns
+from .direct_sim import direct_phase_finish
+from .phase_time import phase_finish
 
 _ALIASES = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter", "allgather": "all-gather",
             "alltoall": "all-to-all"}
@@ -107,13 +115,28 @@ class CollectivePlanner:
     # ------------------------------------------------------------------ public
     def collective_ns(self, kind, size: int, group: Optional[Sequence[int]] = None,
                       involved_dims: Optional[Sequence[bool]] = None) -> int:
-        """Duration in ns of one collective when all members start at the same time."""
-        key = (kind, size, None if group is None else tuple(group),
-               None if involved_dims is None else tuple(involved_dims))
-        t = self._memo.get(key)
-        if t is None:
-            t = self._memo[key] = self._compute(normalize_kind(kind), int(size), key[2], key[3])
-        return t
+        """Duration in ns of one collective when all members start at the same time
+        (the slowest member decides)."""
+        return max(self.collective_finish(kind, size, group, involved_dims), default=0)
+
+    def collective_finish(self, kind, size: int, group: Optional[Sequence[int]] = None,
+                          involved_dims: Optional[Sequence[bool]] = None,
+                          starts: Optional[Sequence[int]] = None) -> tuple[int, ...]:
+        """Finish time of every member (``group`` order, or NPU 0..N-1 for the default group),
+        member i having issued the collective at ``starts[i]`` (default: all at 0).
+
+        Memoized when all members start together; skewed starts are computed afresh.
+        """
+        g = None if group is None else tuple(group)
+        inv = None if involved_dims is None else tuple(involved_dims)
+        n = self.network.npus_count if g is None else len(g)
+        if starts is not None and any(starts):
+            return self._compute(normalize_kind(kind), int(size), g, inv, tuple(starts))
+        key = (kind, size, g, inv)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = self._compute(normalize_kind(kind), int(size), g, inv, (0,) * n)
+        return hit
 
     # ------------------------------------------------------------------ internals
     def _chunking(self, kind: str, size: int) -> tuple[int, int]:
@@ -127,14 +150,24 @@ class CollectivePlanner:
         chunk = max(chunk, 1)
         return chunk, -(-size // chunk)
 
-    def _phase(self, impl: Implementation, kind: str, members: tuple[int, ...], size: int):
-        key = (impl.algorithm, impl.window, kind, members, size)
+    def _phase_finish(self, impl: Implementation, kind: str, members: tuple[int, ...], size: int,
+                      local: bool, starts: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+        """(per-member finish times, output bytes) of one phase; ``local``: a group ring."""
+        key = (impl.algorithm, impl.window, kind, members, size, local, starts)
         hit = self._phase_memo.get(key)
         if hit is None:
             plan = plan_phase(impl.algorithm, kind, len(members), size, impl.window)
-            t = phase_ns(plan, members, self.network, self.system.endpoint_delay_ns,
-                         self.system.local_mem_bw_gbs)
-            hit = self._phase_memo[key] = (t, plan.final_size)
+            s = self.system
+            if impl.algorithm == "direct" and not self.network.congestion_aware:
+                msg = size if kind == "all-gather" else size // len(members)
+                fin = direct_phase_finish(kind, members, self.network, msg, impl.window, local,
+                                          s.endpoint_delay_ns, s.local_mem_bw_gbs, starts)
+            else:
+                fin = phase_finish(plan, members, self.network, s.endpoint_delay_ns,
+                                   s.local_mem_bw_gbs, starts)
+            hit = (tuple(fin), plan.final_size)
+            if not any(starts):
+                self._phase_memo[key] = hit
         return hit
 
     def _dim_members(self, dim: int) -> tuple[int, ...]:
@@ -150,29 +183,53 @@ class CollectivePlanner:
             out.append((dim, impl, self._dim_members(dim)))
         return out
 
-    def _compute(self, kind: str, size: int, group, involved) -> int:
-        chunk, chunks = self._chunking(kind, size)
-        if chunks == 0:
-            return 0
-        n_all = self.network.npus_count
-        if group is not None and len(group) != n_all:
-            impls = self.system.implementations[kind]
-            impl = impls[0] if len(impls) == 1 else Implementation("ring")
-            t, _ = self._phase(impl, kind, tuple(group), chunk)
-            return pipeline_ns(chunks, [("group", t)], self.system.active_chunks_per_dimension)
+    def _phase_list(self, kind: str, involved) -> list:
+        """[((queue key, implementation, ring members), phase kind)] for the default group."""
         ldims = self._logical_dims(kind)
         active = [(d, impl, m) for d, impl, m in ldims
                   if len(m) > 1 and (involved is None or d >= len(involved) or involved[d])]
         if kind == "all-gather":
             active.reverse()
         if kind == "all-reduce" and self.system.collective_optimization == "localBWAware" and len(active) > 1:
-            steps = ([(a, "reduce-scatter") for a in active[:-1]] + [(active[-1], "all-reduce")]
-                     + [(a, "all-gather") for a in reversed(active[:-1])])
-        else:
-            steps = [(a, kind) for a in active]
+            return ([(a, "reduce-scatter") for a in active[:-1]] + [(active[-1], "all-reduce")]
+                    + [(a, "all-gather") for a in reversed(active[:-1])])
+        return [(a, kind) for a in active]
+
+    def _per_rank_chunks(self, impl, kind, members, chunk, chunks, local, starts) -> tuple[int, ...]:
+        """Chunks of a one-phase collective whose ring spans every member: each rank starts its
+        next chunk as soon as one of its ``active`` slots is free (per-rank skew is kept)."""
+        k = self.system.active_chunks_per_dimension
+        slots = [[s] * k for s in starts]
+        finish = list(starts)
+        for _ in range(chunks):
+            st = [min(sl) for sl in slots]
+            base = min(st)
+            fin, _ = self._phase_finish(impl, kind, members, chunk, local, tuple(x - base for x in st))
+            for i, f in enumerate(fin):
+                sl = slots[i]
+                sl[sl.index(st[i])] = base + f
+                finish[i] = max(finish[i], base + f)
+        return tuple(finish)
+
+    def _compute(self, kind: str, size: int, group, involved, starts: tuple[int, ...]) -> tuple[int, ...]:
+        chunk, chunks = self._chunking(kind, size)
+        if chunks == 0:
+            return starts
+        n_all = self.network.npus_count
+        if group is not None and len(group) != n_all:
+            impls = self.system.implementations[kind]
+            impl = impls[0] if len(impls) == 1 else Implementation("ring")
+            return self._per_rank_chunks(impl, kind, group, chunk, chunks, True, starts)
+        steps = self._phase_list(kind, involved)
+        if len(steps) == 1 and len(steps[0][0][2]) == n_all:
+            (_dim, impl, members), k = steps[0]
+            fin = self._per_rank_chunks(impl, k, members, chunk, chunks, False, starts)
+            return tuple(fin[members.index(r)] for r in range(n_all))
+        # several phases (or parallel rings): identical on every rank; start when all have issued
         phases = []
         remain = chunk
         for (dim, impl, members), k in steps:
-            t, remain = self._phase(impl, k, members, remain)
-            phases.append((dim, t))
-        return pipeline_ns(chunks, phases, self.system.active_chunks_per_dimension)
+            fin, remain = self._phase_finish(impl, k, members, remain, False, (0,) * len(members))
+            phases.append((dim, max(fin)))
+        end = max(starts) + pipeline_ns(chunks, phases, self.system.active_chunks_per_dimension)
+        return (end,) * len(starts)

@@ -11,12 +11,16 @@ Semantics (observed behaviour of ASTRA-Sim's ``Workload``/``HardwareResource``):
 - Compute replays ``duration_micros * 1000`` ns (1 ns when 0), or in roofline mode (GPU nodes
   only) ``int(num_ops / min(peak, local_mem_bw * num_ops / tensor_size) * 1e9)`` ns; a roofline
   node with ``tensor_size`` 0 is skipped in zero time.
-- A collective starts when every member of its communicator group has issued it; collectives
-  of one group are matched by their per-rank issue order. All members finish together after
-  the planner's duration (per-rank skew inside a collective is not modelled).
+- Collectives of one communicator group are matched by their per-rank issue order. A
+  single-phase collective (one-dimensional network, ``one*`` algorithm, or a group smaller
+  than the system) runs on every member's own clock from its issue time, so members that
+  issued early wait for the others' messages and members may finish at different times (as
+  upstream). A multi-phase collective starts when its last member has issued it and all
+  members finish together.
 - A send finishes ``send_ns(src, dst, size)`` after it is issued (eager, as the analytical
-  frontend); the matching receive (same src, dst, tag; FIFO) finishes at the later of its own
-  issue time and the message's arrival.
+  frontend); the matching receive finishes at the later of its own
+  issue time and the message's arrival. Sends and receives match on (src, dst, tag, size),
+  first come first served, as upstream (a size mismatch never matches and is reported as stuck).
 - METADATA/INVALID nodes take their slot for zero time (upstream leaves their children for the
   next issue round; here the children are considered in the same instant).
 
@@ -81,11 +85,12 @@ class _Rank:
 
 
 class _Coll:
-    __slots__ = ("kind", "size", "members", "arrived", "involved", "first")
+    __slots__ = ("kind", "size", "members", "arrived", "issued", "involved", "first")
 
     def __init__(self, kind, size, members, involved, first):
         self.kind, self.size, self.members, self.involved, self.first = kind, size, members, involved, first
         self.arrived: dict[int, int] = {}   # rank -> node position
+        self.issued: dict[int, int] = {}    # rank -> issue time
 
 
 class Run:
@@ -110,9 +115,8 @@ class Run:
         self.events: list[tuple[int, int, int, int]] = []   # (time, seq, rank, position)
         self.seq = 0
         self.colls: dict[tuple[int, int], _Coll] = {}
-        self.sends: dict[tuple, list[int]] = {}             # (src,dst,tag) -> arrival times
+        self.sends: dict[tuple, list[int]] = {}             # (src,dst,tag,size) -> arrival times
         self.recvs: dict[tuple, list[tuple[int, int, int]]] = {}  # -> (rank, pos, issue time)
-        self.msg_size: dict[tuple, list[int]] = {}
         self.channel_free: dict[int, int] = {}
         self.link_free: dict = {}                           # congestion-aware sends only
         self.all_ranks = tuple(range(network.npus_count))
@@ -284,6 +288,7 @@ class Run:
                 f"rank {rank} node {node.id}: {kind} of {size} B does not match rank {c.first[0]} node "
                 f"{c.first[1]} ({c.kind} of {c.size} B), collective #{k} of group {gid}")
         c.arrived[rank] = pos
+        c.issued[rank] = now
         if self.symmetric:
             # every rank issues this collective at this same instant (identical graphs)
             del self.colls[(gid, k)]
@@ -293,9 +298,11 @@ class Run:
         if len(c.arrived) < len(members):
             return
         del self.colls[(gid, k)]
-        dur = self.planner.collective_ns(kind, size, None if gid == 0 else members, c.involved)
-        for r in members:
-            self._push(now + dur, r, c.arrived[r])
+        base = min(c.issued.values())
+        starts = [c.issued[r] - base for r in members]
+        fin = self.planner.collective_finish(kind, size, None if gid == 0 else members, c.involved, starts)
+        for r, f in zip(members, fin):
+            self._push(max(now, base + f), r, c.arrived[r])
 
     def _start_send(self, rank: int, pos: int, node: Node, now: int) -> None:
         if self.symmetric:
@@ -308,15 +315,13 @@ class Run:
         dst, tag, size = int(node.get("comm_dst")), int(node.get("comm_tag", 0)), int(node.get("comm_size", 0))
         arrival = self._deliver(src, dst, size, now)
         self._push(arrival, rank, pos)
-        key = (src, dst, tag)
+        key = (src, dst, tag, size)
         waiting = self.recvs.get(key)
         if waiting:
-            r, p, _t, rsize = waiting.pop(0)
-            self._check_size(key, size, rsize, r, p)
+            r, p, _t = waiting.pop(0)
             self._push(arrival, r, p)
         else:
             self.sends.setdefault(key, []).append(arrival)
-            self.msg_size.setdefault(key, []).append(size)
 
     def _deliver(self, src: int, dst: int, size: int, now: int) -> int:
         """Arrival time of a point-to-point message; on a congestion-aware network it queues
@@ -338,21 +343,12 @@ class Run:
             raise WorkloadError(f"rank {rank} node {node.id}: recv with comm_dst {dst} must be issued by rank {dst}")
         if node.get("comm_src") is None:
             raise WorkloadError(f"rank {rank} node {node.id}: recv without 'comm_src'")
-        key = (int(node.get("comm_src")), dst, int(node.get("comm_tag", 0)))
-        size = int(node.get("comm_size", 0))
+        key = (int(node.get("comm_src")), dst, int(node.get("comm_tag", 0)), int(node.get("comm_size", 0)))
         pending = self.sends.get(key)
         if pending:
-            arrival = pending.pop(0)
-            self._check_size(key, self.msg_size[key].pop(0), size, rank, pos)
-            self._push(max(now, arrival), rank, pos)
+            self._push(max(now, pending.pop(0)), rank, pos)
         else:
-            self.recvs.setdefault(key, []).append((rank, pos, now, size))
-
-    def _check_size(self, key, send_size: int, recv_size: int, rank: int, pos: int) -> None:
-        if send_size != recv_size:
-            nid = self.ranks[rank].g.ids[pos]
-            raise WorkloadError(f"rank {rank} node {nid}: recv of {recv_size} B matches a send of "
-                                f"{send_size} B (src {key[0]}, dst {key[1]}, tag {key[2]})")
+            self.recvs.setdefault(key, []).append((rank, pos, now))
 
     # ------------------------------------------------------------------ diagnostics
     def _stuck_report(self) -> str:
@@ -361,9 +357,9 @@ class Run:
             missing = [r for r in c.members if r not in c.arrived]
             lines.append(f"collective #{k} of group {gid} ({c.kind}, {c.size} B) waits for rank(s) {missing}")
         for key, waiting in sorted(self.recvs.items()):
-            for r, p, _t, _s in waiting:
+            for r, p, _t in waiting:
                 lines.append(f"rank {r} node {self.ranks[r].g.ids[p]} waits for a send "
-                             f"(src {key[0]}, dst {key[1]}, tag {key[2]}) that never comes")
+                             f"(src {key[0]}, dst {key[1]}, tag {key[2]}, {key[3]} B) that never comes")
         for rs in self.ranks:
             never = [rs.g.ids[i] for i, done in enumerate(rs.issued) if not done]
             if never:
