@@ -3,8 +3,11 @@
 Invariants
 - Block 0 is the null block: taken at construction, never freed, never counted as usable.
 - A block is in the free queue iff its ``ref_cnt`` is 0. ``ref_cnt`` is changed only here.
-- ``block_hash`` is set iff the block's content is published in ``cached`` (it may be
-  shadowed: two blocks can hold the same content; the map keeps the first).
+- ``block_hash`` is set iff the block's content is published: it is either the primary
+  block of its hash in ``cached`` or one of that hash's later ``copies`` (two blocks can
+  hold the same content, e.g. a recomputed last block). Lookups return the primary; when
+  it is evicted the oldest copy takes its place (vLLM keeps every copy per hash and
+  evicts by block id).
 - Free-queue order is eviction order: ``popleft`` takes the least recently freed block.
   vLLM 0.19 appends every freed block to the tail; callers free a request's blocks in
   reverse so its tail is evicted before its prefix. Blocks whose content was dropped
@@ -84,8 +87,8 @@ class FreeBlockQueue:
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
-    __slots__ = ("num_blocks", "blocks", "free_queue", "cached", "enable_caching", "null_block",
-                 "drop_epoch", "free_epoch")
+    __slots__ = ("num_blocks", "blocks", "free_queue", "cached", "copies", "enable_caching",
+                 "null_block", "drop_epoch", "free_epoch")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -94,6 +97,7 @@ class BlockPool:
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         self.free_queue = FreeBlockQueue(self.blocks)
         self.cached: dict[int, KVBlock] = {}
+        self.copies: dict[int, list[KVBlock]] = {}
         self.enable_caching = enable_caching
         self.null_block = self.free_queue.popleft()
         self.null_block.ref_cnt = 1
@@ -153,13 +157,27 @@ class BlockPool:
         if block.block_hash is not None or not self.enable_caching:
             return
         block.block_hash = block_hash
-        self.cached.setdefault(block_hash, block)
+        primary = self.cached.setdefault(block_hash, block)
+        if primary is not block:
+            self.copies.setdefault(block_hash, []).append(block)
 
     def _drop_content(self, block: KVBlock) -> None:
         self.drop_epoch += 1
-        if self.cached.get(block.block_hash) is block:
-            del self.cached[block.block_hash]
+        h = block.block_hash
         block.block_hash = None
+        if self.cached.get(h) is block:
+            copies = self.copies.get(h)
+            if copies:
+                self.cached[h] = copies.pop(0)
+                if not copies:
+                    del self.copies[h]
+            else:
+                del self.cached[h]
+        else:
+            copies = self.copies[h]
+            copies.remove(block)
+            if not copies:
+                del self.copies[h]
 
     def check_invariants(self) -> None:
         """Conservation checks used by tests (O(num_blocks))."""
@@ -169,6 +187,8 @@ class BlockPool:
             assert b.ref_cnt >= 0, b
             assert (b.ref_cnt == 0) == (b.block_id in in_queue), b
             if b.block_hash is not None:
-                assert b.block_hash in self.cached
+                assert self.cached.get(b.block_hash) is b or b in self.copies.get(b.block_hash, ()), b
         for h, b in self.cached.items():
             assert b.block_hash == h
+        for h, bs in self.copies.items():
+            assert bs and h in self.cached and all(b.block_hash == h for b in bs)

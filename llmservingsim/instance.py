@@ -71,6 +71,10 @@ class Instance:
     # ---- the step loop ------------------------------------------------------------------
     def _start(self, now: int) -> None:
         out = self.scheduler.schedule()
+        while not out and out.preempted:
+            # A step that only preempted (the victim was the requester itself) schedules
+            # nothing; vLLM's busy loop simply schedules again with the freed blocks.
+            out = self.scheduler.schedule()
         if out:
             self._launch(out, now)
         elif self.scheduler.waiting and not self.scheduler.running:

@@ -12,8 +12,8 @@ be kept referenced by an entry owned by its program, with a protection deadline 
 value v. Entries are not free (they count as used), but they are reclaimable: when an
 allocation finds too few free blocks, entries are released in ascending eviction-key
 order (eq. 5: expired first, then lower value; the victim-protection hook may supply the
-key) until enough blocks are free. Protection is a preference, not a lock. A call never
-reclaims its own program's entry (its cache hits live there).
+key) until enough blocks are free. Protection is a preference, not a lock. The requester's
+own program's entry is reclaimed last (its cache hits live there).
 
 Invariants: every block referenced by a request or an entry has ``ref_cnt`` >= the number
 of holders; ``req_blocks`` and ``entries`` are the only holders; free + held = usable.
@@ -133,7 +133,7 @@ class KVCacheManager:
         free = self.pool.num_free
         if need + len(hits) > free:       # only then can the evictable hits matter
             need += sum(1 for b in hits if b.ref_cnt == 0)
-        return need <= free or self._reclaim(need, req.owner, dry_run=True)
+        return need <= free or self._reclaim(need, req.owner, dry_run=True, hits=hits)
 
     def allocate_slots(self, req: Request, num_new_tokens: int,
                        hits: list[KVBlock] = (), num_hit_tokens: int = 0) -> bool:
@@ -147,8 +147,10 @@ class KVCacheManager:
         if hits and need + len(hits) > self.pool.num_free:
             need += sum(1 for b in hits if b.ref_cnt == 0)
         if need > self.pool.num_free:
-            if not self._reclaim(need, req.owner, dry_run=False, hits=hits, new_blocks=num_new_blocks):
+            # reclaim only if it will succeed: a failed allocation touches nothing
+            if not self._reclaim(need, req.owner, dry_run=True, hits=hits):
                 return False
+            self._reclaim(need, req.owner, dry_run=False, hits=hits, new_blocks=num_new_blocks)
         if held is None:
             held = self.req_blocks[req.request_id] = []
             self.num_cached_blocks[req.request_id] = 0
@@ -213,30 +215,48 @@ class KVCacheManager:
         self._report(owner, 0, False, self._clock())
         return True
 
-    def _entry_order(self, exclude_owner: int) -> list[KVEntry]:
+    def _entry_order(self, requester: int) -> list[KVEntry]:
+        """Entries in reclamation order: ascending eviction key (eq. 5, or the victim-
+        protection hook's key); the requester's own entry last (its cache hits live there,
+        so it is released only when nothing else can make room)."""
         now = self._clock()
         hook = self._hooks.victim_protection
         inst = self.instance
-        cands = [e for e in self.entries.values() if e.owner != exclude_owner]
+        cands = [e for e in self.entries.values() if e.owner != requester]
         if hook is None:
-            return sorted(cands, key=lambda e: default_eviction_key(e.info(inst), now))
-        return sorted(cands, key=lambda e: hook.eviction_key(e.info(inst), now))
+            cands.sort(key=lambda e: default_eviction_key(e.info(inst), now))
+        else:
+            cands.sort(key=lambda e: hook.eviction_key(e.info(inst), now))
+        own = self.entries.get(requester)
+        if own is not None:
+            cands.append(own)
+        return cands
 
-    def _reclaim(self, need: int, exclude_owner: int, dry_run: bool,
+    def _reclaim(self, need: int, requester: int, dry_run: bool,
                  hits: list[KVBlock] = (), new_blocks: int = 0) -> bool:
-        """Release entries in eviction-key order until ``need`` blocks are free.
+        """Release entries in reclamation order until ``need`` blocks are free.
 
-        ``dry_run`` only counts blocks that releasing would free (held by that entry alone).
-        When really reclaiming, hits that become evictable raise the need, so it is
-        recomputed after every release.
+        ``need`` counts the new blocks plus the hits that are evictable now. Releasing an
+        entry frees the blocks it alone holds, but a freed block that is one of the hits
+        becomes evictable too and raises the need. ``dry_run`` simulates exactly that on
+        per-block reference counts without touching anything; the real run recomputes the
+        need after every release.
         """
         if not self.entries:
             return False
-        order = self._entry_order(exclude_owner)
+        order = self._entry_order(requester)
         if dry_run:
             avail = self.pool.num_free
+            hit_ids = {b.block_id for b in hits if b.ref_cnt > 0} if hits else ()
+            dropped: dict[int, int] = {}
             for entry in order:
-                avail += sum(1 for b in entry.blocks if b.ref_cnt == 1)
+                for b in entry.blocks:
+                    d = dropped.get(b.block_id, 0) + 1
+                    dropped[b.block_id] = d
+                    if b.ref_cnt == d:
+                        avail += 1
+                        if b.block_id in hit_ids:
+                            need += 1
                 if avail >= need:
                     return True
             return False

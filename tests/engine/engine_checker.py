@@ -25,10 +25,9 @@ from llmservingsim.kv_cache_manager import cdiv
 from llmservingsim.request import Request, RequestStatus
 from llmservingsim.scheduler import Scheduler, SchedulerOutput
 
-# BlockPool keeps one block per hash (see test_engine_block_pool.py's strict xfail): evicting the
-# mapped copy orphans duplicates. Until that is fixed the random runs tolerate orphaned
-# duplicate hashes; set True to require kv.check_invariants() exactly.
-STRICT_HASH_MAP = False
+# BlockPool keeps every copy of a hash (primary + copies), so the random runs require
+# kv.check_invariants() exactly; False would tolerate orphaned duplicate hashes.
+STRICT_HASH_MAP = True
 
 
 class EngineChecker:

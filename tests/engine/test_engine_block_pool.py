@@ -120,14 +120,6 @@ def test_duplicate_hash_first_kept_and_evicting_other_copy_keeps_map():
     pool.check_invariants()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BlockPool keeps one block per hash (cache_block uses dict.setdefault) and _drop_content "
-    "deletes the map entry when that block is evicted, orphaning every other block with the "
-    "same content: it keeps block_hash (check_invariants fails) and can no longer be hit. "
-    "vLLM 0.19 BlockHashToBlockMap stores {block_id: block} per hash and "
-    "_maybe_evict_cached_block removes only the evicted block id, so the other copy stays "
-    "hittable. Duplicates are common: an identical block-aligned prompt recomputes its last "
-    "block, and a request admitted during another's chunked prefill recomputes the rest."))
 def test_maybe_evict_cached_block_keeps_duplicate_hittable():
     pool = BlockPool(5)
     b1, b2, b3 = pool.get_new_blocks(3)

@@ -87,16 +87,6 @@ class ByRequestId:
         return self.table[info.request_id]
 
 
-@pytest.mark.xfail(strict=True, raises=StuckError, reason=(
-    "Instance._start stalls on a step that only preempts. With the priority policy the "
-    "request needing a block can be the worst running request at index 0; it preempts "
-    "itself and the running loop ends (0.19 break), so schedule() returns no scheduled "
-    "request but a non-empty preempted list while others still run. _start neither "
-    "launches nor retries (it only raises when running is empty), no event is queued, and "
-    "Cluster.run ends with unfinished calls. vLLM's busy loop just calls schedule() again "
-    "(an empty step), which serves the others and re-admits the victim later. Fix: in "
-    "_start (and for an empty pending step) reschedule while out is empty but "
-    "out.preempted is not."))
 def test_step_that_only_preempts_does_not_stall_the_instance():
     hooks = Hooks(priority=ByRequestId({0: 5, 1: 0}))
     cluster = make_cluster(False, hooks=hooks, num_blocks=4, policy="priority",
@@ -115,14 +105,6 @@ class ProtectAll:
         return RetentionDecision("none")
 
 
-@pytest.mark.xfail(strict=True, raises=StuckError, reason=(
-    "A call can be blocked forever by its own program's KV entry. KVCacheManager._reclaim "
-    "excludes the caller's owner, so blocks of its entry that are not cache hits for the new "
-    "call (the old partial last block, diverged blocks) stay held. A follow-up whose whole "
-    "sequence fits the pool (Cluster.check_fits passes) but not pool minus those dead blocks "
-    "is never admitted; with nothing running the instance raises StuckError. Expected: the "
-    "call is admitted (e.g. release the own entry's non-hit blocks, or the whole entry after "
-    "touching the hits, when nothing else can make room)."))
 def test_own_entry_does_not_deadlock_the_next_call():
     cluster = make_cluster(False, hooks=Hooks(retention=ProtectAll()), num_blocks=8)   # 7 usable
     ids = list(range(200))

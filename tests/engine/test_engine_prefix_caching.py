@@ -277,13 +277,6 @@ def test_multi_turn_hit_bound_follows_vllm_formula():
         assert b.num_cached_tokens == min((prev_len - 1) // 16, (new_len - 1) // 16) * 16, (prompt, out_len, extra)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Duplicate cached blocks are orphaned: B recomputes the last block of an identical "
-    "96-token prompt into its own block 7 (same hash as A's block 6; BlockPool.cache_block's "
-    "setdefault keeps A's). When A's block 6 is evicted, BlockPool._drop_content deletes the "
-    "hash from the map, so block 7 keeps a hash that is no longer in the map "
-    "(check_invariants fails) and D, sharing those 96 tokens, hits only 80. vLLM 0.19's "
-    "BlockHashToBlockMap keeps every copy and evicts by block id, so D hits 96."))
 def test_duplicate_block_stays_hittable_after_other_copy_evicted():
     sched = create_scheduler(num_blocks=11)
     kv = sched.kv

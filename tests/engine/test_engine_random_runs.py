@@ -21,12 +21,10 @@ from hooks import EVICT, RELEASE, RetentionDecision
 
 SEEDS = range(80)
 
-# Known KVCacheManager reclaim bugs (strict xfails in test_engine_retention.py and test_engine_instance.py): the dry run behind
-# the admission gate never counts blocks shared by two entries, and a call never reclaims its
-# own program's entry, so an idle engine can stall with reclaimable KV. Until fixed, retention
-# runs release the first entry in eviction order when the engine stalls (counted in
-# ``checker.stall_releases``); set False to require that no run stalls.
-KNOWN_RECLAIM_BUGS = True
+# The reclaim dry run simulates releases on per-block counts and a call's own entry is
+# reclaimed last, so no run may stall with reclaimable KV (True would let a stalled run
+# release the first entry and go on, counted in ``checker.stall_releases``).
+KNOWN_RECLAIM_BUGS = False
 
 
 class Clock:

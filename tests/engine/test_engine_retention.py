@@ -161,18 +161,21 @@ def test_reclaimed_entry_content_stays_hittable():
     assert kv.get_computed_blocks(make_request(11, [1] * 20, owner=1))[1] == 16
 
 
-def test_call_never_reclaims_its_own_program_entry():
+def test_own_entry_is_reclaimed_last_when_nothing_else_makes_room():
+    """The requester's own entry goes last, but it does go: otherwise its non-hit blocks
+    (the old partial block) could block its program's next call forever."""
     kv = create_kv(num_blocks=8)                              # 7 usable
     ctx = list(range(40))
     finished_call(kv, 0, 5, ctx, protect(10**9, 1.0))         # 3 blocks held, 4 free
     nxt = make_request(1, ctx + list(range(500, 560)), owner=5)   # 100 tokens: 7 blocks
     hits, num_hit = kv.get_computed_blocks(nxt)
     assert [b.block_id for b in hits] == [1, 2] and num_hit == 32
-    # 5 new blocks > 4 free, and the only entry is its own: it must not be reclaimed.
-    assert not kv.can_fit_full_sequence(nxt, hits)
-    assert not kv.allocate_slots(nxt, 100 - 32, hits, num_hit)
-    assert 5 in kv.entries and kv.num_reclaimed_entries == 0
-    assert all(b.ref_cnt == 1 for b in kv.entries[5].blocks)
+    # 5 new blocks > 4 free; releasing its own entry frees 3 blocks but makes the 2 hits
+    # evictable: need 5 + 2 = 7 <= 7 free.
+    assert kv.can_fit_full_sequence(nxt, hits)
+    assert kv.allocate_slots(nxt, 100 - 32, hits, num_hit)
+    assert 5 not in kv.entries and kv.num_reclaimed_entries == 1
+    assert [b.block_id for b in kv.get_blocks(1)[:2]] == [1, 2]   # its hits were kept
     kv.check_invariants()
 
 
@@ -255,30 +258,19 @@ def test_scheduler_admission_reclaims_entries():
     assert_engine_empty(sched)
 
 
-def test_protected_blocks_reduce_admission():
-    """Entries of the caller's own program are not reclaimable: its call waits."""
+def test_own_entry_released_when_the_call_needs_its_room():
+    """Its own program's entry is reclaimed (last) when the call cannot fit otherwise."""
     sched = create_scheduler(num_blocks=11)
     kv = sched.kv
     finished_call(kv, 100, 1, [1] * 60, protect(10**9, 1.0))  # 4 blocks
     b = make_request(1, [2] * 150, owner=1, max_tokens=2)      # 10 blocks, own program
     sched.add_request(b)
-    out = sched.schedule()
-    assert not out and list(sched.waiting) == [b]
-    kv.release_entry(1)
     out, _ = step(sched, 1)
-    assert num_scheduled(out) == {1: 150}
+    assert num_scheduled(out) == {1: 150} and 1 not in kv.entries
     run_steps(sched)
     assert_engine_empty(sched)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KVCacheManager._reclaim(dry_run=True) (used by can_fit_full_sequence) counts every block "
-    "an entry holds alone as freed, but when the request's own cache hits live in that entry, "
-    "releasing it also makes those hits evictable, which allocate_slots adds to the need. "
-    "The gate says yes, allocate_slots then releases the entry for real and still fails "
-    "(returning False after touching state): the entry's protection is destroyed for "
-    "nothing. The dry run should subtract the request's hits that releasing makes "
-    "evictable (ref_cnt would drop to 0)."))
 def test_failed_admission_does_not_destroy_entries():
     kv = create_kv(num_blocks=6)                              # 5 usable
     finished_call(kv, 0, 1, list(range(32)), protect(10**9, 1.0))   # blocks 1, 2
@@ -294,14 +286,6 @@ def test_failed_admission_does_not_destroy_entries():
     kv.check_invariants()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KVCacheManager._reclaim(dry_run=True) counts only blocks with ref_cnt == 1 per entry and "
-    "never lowers the count as it walks the order, so a block shared by two entries (a "
-    "follow-up of another program that hit the first one's prefix) is never counted as "
-    "freeable. The admission gate then refuses a call that releasing both entries would "
-    "admit; with nothing running the Instance raises StuckError (random retention runs "
-    "stall this way). The dry run should simulate the releases on per-block counts (and "
-    "count hits of the request that become evictable as need, see the test above)."))
 def test_gate_counts_blocks_shared_by_two_entries():
     sched = create_scheduler(num_blocks=11)                    # 10 usable
     kv = sched.kv
