@@ -121,6 +121,16 @@ def cases():
            [[snd(0, 1, 5, 1 << 20), c(1, 3), snd(2, 2, 6, 1 << 18, data_deps=[0]), snd(3, 1, 5, 1 << 19, data_deps=[2])],
             [c(0, 20), rcv(1, 1, 5, 1 << 20, data_deps=[0]), rcv(2, 1, 5, 1 << 19), c(3, 1, data_deps=[2])],
             [rcv(0, 2, 6, 1 << 18), c(1, 7)], [c(0, 2)]])
+    ld = lambda i, s, **kw: Node.make(i, N.MEM_LOAD_NODE, tensor_size=s, is_cpu_op=False, **kw)  # noqa: E731
+    st = lambda i, s, **kw: Node.make(i, N.MEM_STORE_NODE, tensor_size=s, is_cpu_op=False, **kw)  # noqa: E731
+    mem_wl = [[ld(0, 10**6), c(1, 5), st(2, 3 * 10**6, data_deps=[0])], [ld(0, 2 * 10**6)],
+              [c(0, 1), ld(1, 10**6, data_deps=[0])], [st(0, 5 * 10**5), ld(1, 10**5)]]
+    for mem in [{"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-latency": 700, "remote-mem-bw": 50},
+                {"memory-type": "MEMORY_POOL", "remote-mem-latency": 700, "remote-mem-bw": 50},
+                {"memory-type": "PER_NODE_MEMORY_EXPANSION", "remote-mem-latency": 700, "remote-mem-bw": 50,
+                 "num-nodes": 2, "num-npus-per-node": 2}]:
+        yield (f"remote memory {mem['memory-type']}", one_d("Switch", 4, 100.0, 500.0), system(["ring"]), None,
+               mem_wl, mem)
     roof = system(["ring"], **{"roofline-enabled": 1, "peak-perf": 100})
     yield ("roofline", one_d("Switch", 2), roof, None,
            [[Node.make(0, N.COMP_NODE, num_ops=10**12, tensor_size=10**9, is_cpu_op=False),
@@ -133,12 +143,13 @@ def main(out_path: str) -> None:
     binary = os.environ["ASTRASIM_UPSTREAM_BIN"]
     records = []
     with tempfile.TemporaryDirectory() as d:
-        for name, net, sysj, groups, wl in cases():
+        for name, net, sysj, groups, wl, *rest in cases():
+            memory = rest[0] if rest else {"memory-type": "NO_MEMORY_EXPANSION"}
             with open(f"{d}/net.yml", "w") as f:
                 for k, v in net.items():
                     f.write(f"{k}: {json.dumps(v)}\n")
             json.dump(sysj, open(f"{d}/sys.json", "w"))
-            json.dump({"memory-type": "NO_MEMORY_EXPANSION"}, open(f"{d}/mem.json", "w"))
+            json.dump(memory, open(f"{d}/mem.json", "w"))
             write_workload(f"{d}/wl", wl)
             args = [binary, f"--workload-configuration={d}/wl", f"--system-configuration={d}/sys.json",
                     f"--network-configuration={d}/net.yml", f"--remote-memory-configuration={d}/mem.json"]
@@ -155,7 +166,7 @@ def main(out_path: str) -> None:
             workload = {"every_rank": ranks[0], "ranks": len(ranks)} if all(r == ranks[0] for r in ranks) \
                 else {"per_rank": ranks}
             records.append({"name": name, "network": net, "system": sysj, "groups": groups,
-                            "workload": workload, "upstream": lines})
+                            "memory": memory, "workload": workload, "upstream": lines})
     with open(out_path, "w") as f:  # one case per line keeps diffs readable
         f.write('{"source": "ASTRA-Sim analytical congestion-unaware binary, astra-sim @518bd51",\n"cases": [\n')
         f.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))

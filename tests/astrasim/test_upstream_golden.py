@@ -1,7 +1,7 @@
 """Replays results recorded from the real ASTRA-Sim binary (astra-sim/tools/record_upstream.py):
 1-D/2-D/3-D networks, ring/direct/halvingDoubling/one*/windowed direct, localBWAware, active
 chunks, communicator groups, random DAGs with CPU ops and skewed collective starts, send/recv
-and roofline compute. Every per-rank line must be identical."""
+roofline compute and the three remote-memory models. Every per-rank line must be identical."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from astrasim import Attr, Node, NodeType, SystemSimulator
-from astrasim.config import parse_comm_groups, parse_network, parse_system
+from astrasim.config import parse_comm_groups, parse_network, parse_remote_memory, parse_system
 from astrasim.network import AnalyticalNetwork
 
 CASES = json.loads((Path(__file__).parent / "golden" / "upstream_cases.json").read_text())["cases"]
@@ -29,7 +29,7 @@ def nodes_of(rank: list[dict]) -> list[Node]:
 def test_matches_upstream_binary(case):
     net = AnalyticalNetwork(parse_network(case["network"]))
     groups = parse_comm_groups(case["groups"], "groups", net.npus_count) if case["groups"] else None
-    sim = SystemSimulator(net, parse_system(case["system"]), groups)
+    sim = SystemSimulator(net, parse_system(case["system"]), groups, parse_remote_memory(case["memory"]))
     wl = case["workload"]
     ranks = wl["per_rank"] if "per_rank" in wl else [wl["every_rank"]] * wl["ranks"]
     res = sim.run([nodes_of(r) for r in ranks])
