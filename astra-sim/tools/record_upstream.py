@@ -1,6 +1,7 @@
 """Record reference results from the upstream ASTRA-Sim binary into a golden JSON file.
 
     ASTRASIM_UPSTREAM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware \
+    ASTRASIM_UPSTREAM_BIN_AWARE=/path/to/AstraSim_Analytical_Congestion_Aware \
         python astra-sim/tools/record_upstream.py tests/astrasim/golden/upstream_cases.json
 
 Each case stores the network YAML keys, the system JSON, optional comm groups and remote
@@ -11,7 +12,8 @@ astra-network-analytical HEAD, astra-sim/chakra branch ``feederv3`` (plus a two-
 ``namespace Chakra { using FeederV3::ETFeeder; using FeederV3::ETFeederNode; }`` at the end
 of ``src/feeder_v3/et_feeder.h``), astra-memory-analytical @641cce8, fmt 10.2.1, spdlog
 1.13.0, Debian's libprotobuf 3.21 and yaml-cpp 0.7 (``find_package(yaml-cpp)`` instead of
-FetchContent), ``cmake .. -DBUILDTARGET=congestion_unaware`` in build/astra_analytical/build.
+FetchContent), ``cmake .. -DBUILDTARGET=congestion_unaware`` (then ``congestion_aware``) in
+build/astra_analytical/build.
 """
 from __future__ import annotations
 
@@ -139,11 +141,39 @@ def cases():
              Node.make(1, N.COMP_NODE, duration_micros=4, is_cpu_op=True)]])
 
 
+def aware_cases():
+    """Cases for the congestion-aware binary (one dimension; upstream crashes on a 2-NPU ring)."""
+    one_d = lambda t, n: {"topology": [t], "npus_count": [n], "bandwidth": [100.0], "latency": [1000.0]}  # noqa: E731
+    for algo, kind, topo in itertools.product(["ring", "direct", "halvingDoubling"], list(CT),
+                                              ["Ring", "FullyConnected", "Switch"]):
+        if algo == "halvingDoubling" and kind == "all-to-all":
+            continue
+        yield (f"aware {algo} {kind} {topo} n=8", one_d(topo, 8), system([algo], splits=4), None,
+               [[coll(kind, 1000003)] for _ in range(8)])
+    # seed 3 is left out: there one rank starts the next collective while others still finish the
+    # previous one, and upstream lets the two share links (astrasim times each collective alone)
+    for seed in range(3):
+        yield (f"aware random dag {seed}", one_d("Switch", 4), system(["ring"], splits=2), None, random_dag(seed, 4))
+
+
 def main(out_path: str) -> None:
-    binary = os.environ["ASTRASIM_UPSTREAM_BIN"]
+    records = []
+    runs = [(os.environ["ASTRASIM_UPSTREAM_BIN"], "analytical", cases())]
+    if os.environ.get("ASTRASIM_UPSTREAM_BIN_AWARE"):
+        runs.append((os.environ["ASTRASIM_UPSTREAM_BIN_AWARE"], "congestion_aware", aware_cases()))
+    for binary, backend, case_list in runs:
+        records += record(binary, backend, case_list)
+    with open(out_path, "w") as f:  # one case per line keeps diffs readable
+        f.write('{"source": "ASTRA-Sim analytical binaries (congestion unaware/aware), astra-sim @518bd51",\n"cases": [\n')
+        f.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
+        f.write("\n]}\n")
+    print(f"recorded {len(records)} cases into {out_path}")
+
+
+def record(binary: str, backend: str, case_list) -> list[dict]:
     records = []
     with tempfile.TemporaryDirectory() as d:
-        for name, net, sysj, groups, wl, *rest in cases():
+        for name, net, sysj, groups, wl, *rest in case_list:
             memory = rest[0] if rest else {"memory-type": "NO_MEMORY_EXPANSION"}
             with open(f"{d}/net.yml", "w") as f:
                 for k, v in net.items():
@@ -165,13 +195,9 @@ def main(out_path: str) -> None:
             ranks = [[node_dict(n) for n in rank] for rank in wl]
             workload = {"every_rank": ranks[0], "ranks": len(ranks)} if all(r == ranks[0] for r in ranks) \
                 else {"per_rank": ranks}
-            records.append({"name": name, "network": net, "system": sysj, "groups": groups,
-                            "memory": memory, "workload": workload, "upstream": lines})
-    with open(out_path, "w") as f:  # one case per line keeps diffs readable
-        f.write('{"source": "ASTRA-Sim analytical congestion-unaware binary, astra-sim @518bd51",\n"cases": [\n')
-        f.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
-        f.write("\n]}\n")
-    print(f"recorded {len(records)} cases into {out_path}")
+            records.append({"name": name, "backend": backend, "network": net, "system": sysj,
+                            "groups": groups, "memory": memory, "workload": workload, "upstream": lines})
+    return records
 
 
 if __name__ == "__main__":

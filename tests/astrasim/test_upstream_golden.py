@@ -1,7 +1,8 @@
 """Replays results recorded from the real ASTRA-Sim binary (astra-sim/tools/record_upstream.py):
 1-D/2-D/3-D networks, ring/direct/halvingDoubling/one*/windowed direct, localBWAware, active
 chunks, communicator groups, random DAGs with CPU ops and skewed collective starts, send/recv
-roofline compute and the three remote-memory models. Every per-rank line must be identical."""
+roofline compute, remote memory; plus cases from the congestion-aware binary. Every per-rank
+line must be identical."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import pytest
 
 from astrasim import Attr, Node, NodeType, SystemSimulator
 from astrasim.config import parse_comm_groups, parse_network, parse_remote_memory, parse_system
-from astrasim.network import AnalyticalNetwork
+from astrasim.network import AnalyticalNetwork, CongestionAwareNetwork
 
 CASES = json.loads((Path(__file__).parent / "golden" / "upstream_cases.json").read_text())["cases"]
 
@@ -27,7 +28,8 @@ def nodes_of(rank: list[dict]) -> list[Node]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_matches_upstream_binary(case):
-    net = AnalyticalNetwork(parse_network(case["network"]))
+    backend = CongestionAwareNetwork if case["backend"] == "congestion_aware" else AnalyticalNetwork
+    net = backend(parse_network(case["network"]))
     groups = parse_comm_groups(case["groups"], "groups", net.npus_count) if case["groups"] else None
     sim = SystemSimulator(net, parse_system(case["system"]), groups, parse_remote_memory(case["memory"]))
     wl = case["workload"]
