@@ -62,7 +62,10 @@ class SystemSimulator:
         """Fast path when every rank runs the same graph (e.g. tensor parallelism).
 
         Simulates ``nodes`` once: identical ranks issue each collective at the same instant, so
-        no rank waits for another and the result equals :meth:`run` on ``[nodes] * N``. The
+        no rank waits for another, and each collective takes its slowest member's time. This
+        equals :meth:`run` on ``[nodes] * N`` whenever all members of a collective finish
+        together (every default-group collective, and groups whose ring has equal hops); for a
+        group whose ring has unequal hops it is the slowest member's time on every rank. The
         result lists are repeated for ``ranks`` (default: all NPUs). Send/recv and remote
         memories shared between ranks raise WorkloadError (they break the symmetry).
         """
