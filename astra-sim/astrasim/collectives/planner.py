@@ -110,6 +110,7 @@ class CollectivePlanner:
             self._strides.append(s)
             s *= d.npus
         self._memo: dict = {}
+        self._max_memo: dict = {}
         self._phase_memo: dict = {}
 
     # ------------------------------------------------------------------ public
@@ -117,7 +118,12 @@ class CollectivePlanner:
                       involved_dims: Optional[Sequence[bool]] = None) -> int:
         """Duration in ns of one collective when all members start at the same time
         (the slowest member decides)."""
-        return max(self.collective_finish(kind, size, group, involved_dims), default=0)
+        key = (kind, size, group if group is None else tuple(group),
+               involved_dims if involved_dims is None else tuple(involved_dims))
+        t = self._max_memo.get(key)
+        if t is None:
+            t = self._max_memo[key] = max(self.collective_finish(kind, size, group, involved_dims), default=0)
+        return t
 
     def collective_finish(self, kind, size: int, group: Optional[Sequence[int]] = None,
                           involved_dims: Optional[Sequence[bool]] = None,
