@@ -25,6 +25,7 @@ class CallSpec:
     tool_duration_ns: int
     tool_name: Optional[str]
     tokens: TokenStream
+    source: str = ""          # where the workload defines it ("file:line"), for error messages
 
 
 class RequestStatus(enum.IntEnum):

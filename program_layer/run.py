@@ -13,7 +13,7 @@ from typing import Optional
 
 from hooks import Hooks
 from llmservingsim.cluster import Cluster
-from llmservingsim.errors import ConfigError
+from llmservingsim.errors import ConfigError, StuckError
 from llmservingsim.events import EventLoop
 from llmservingsim.hardware import load_device
 from llmservingsim.instance import Instance
@@ -110,8 +110,22 @@ def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Opt
                                           engine["async_scheduling"], cluster.finished, metrics.on_step,
                                           metrics.on_decode_step, fast_forward=not step_mode))
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
+    _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source)
+
+
+def _check_calls_fit(programs, pool_tokens: int, max_model_len: int) -> None:
+    """Fail before simulating if a call can never run (vLLM rejects such requests)."""
+    for p in programs:
+        for c in p.calls:
+            total = c.prompt_tokens + c.output_tokens
+            if total > pool_tokens or total > max_model_len:
+                limit = "KV pool" if total > pool_tokens else "max_model_len"
+                cap = pool_tokens if total > pool_tokens else max_model_len
+                raise StuckError(f"program {p.session_id!r} call {c.call_index} needs {total} tokens "
+                                 f"({c.prompt_tokens} prompt + {c.output_tokens} output) but the {limit} "
+                                 f"holds {cap}: it can never run", file=c.source or None)
 
 
 def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:

@@ -121,7 +121,7 @@ def _request_call(pid: int, obj: dict, where: dict, streams: _StreamFactory) -> 
                              prompt_len=n_in)
     else:
         stream = streams.new()
-    return CallSpec(pid, 0, n_in, n_out, 0, None, stream)
+    return CallSpec(pid, 0, n_in, n_out, 0, None, stream, f"{where['file']}:{where['line']}")
 
 
 def _program_calls(pid: int, subs: list, where: dict, streams: _StreamFactory) -> list[CallSpec]:
@@ -154,7 +154,7 @@ def _program_calls(pid: int, subs: list, where: dict, streams: _StreamFactory) -
             elif reuse < prev_ctx:
                 # the prompt does not extend the previous context: fork after the shared part
                 stream = streams.new(parent=stream, shared_tokens=reuse)
-        calls.append(CallSpec(pid, k, n_in, n_out, gap, tool, stream))
+        calls.append(CallSpec(pid, k, n_in, n_out, gap, tool, stream, f"{w['file']}:{w['line']}"))
         prev_ctx = n_in + n_out
     return calls
 
