@@ -10,7 +10,6 @@ Token identity (``llmservingsim.tokens``): explicit ids when given; Mooncake-sty
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -26,27 +25,6 @@ class ProgramSpec:
     session_id: str
     arrival_ns: int
     calls: list
-
-
-def read_jsonl(path: Path) -> list[tuple[int, dict]]:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise WorkloadError(f"cannot read workload: {exc.strerror}", file=str(path)) from None
-    records = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"malformed JSON: {exc.msg}", file=str(path), line=lineno) from None
-        if not isinstance(obj, dict):
-            raise WorkloadError("each line must be a JSON object", file=str(path), line=lineno)
-        records.append((lineno, obj))
-    if not records:
-        raise WorkloadError("empty workload: no records", file=str(path))
-    return records
 
 
 def _int(obj: dict, field: str, where: dict, minimum: int = 0, default: Any = None) -> int:
@@ -177,4 +155,5 @@ def load_workload(wl: dict, base_dir: Path, block_size: int, seed: int) -> tuple
         records = import_trace(wl["trace"], str(path), limit=wl.get("limit"),
                                time_scale=wl.get("time_scale", 1.0))
         return build_programs(enumerate(records, start=1), str(path), block_size), str(path)
-    return build_programs(read_jsonl(path), str(path), block_size), str(path)
+    from program_layer.workloads.io import read_jsonl
+    return build_programs(read_jsonl(path, with_lines=True), str(path), block_size), str(path)

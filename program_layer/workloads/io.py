@@ -39,13 +39,14 @@ def dumps_record(record: dict) -> str:
                       allow_nan=False)
 
 
-def read_jsonl(path: str | Path) -> list[dict]:
+def read_jsonl(path: str | Path, *, with_lines: bool = False) -> list:
     """Read and check a workload JSONL file (programs or requests); blank lines are skipped.
+    ``with_lines`` returns ``(line number, record)`` pairs, for later errors that name lines.
 
     Raises WorkloadError naming the file, line and field for unparseable JSON, a non-object
     line, or a record that breaks the schema (see :func:`check_record`).
     """
-    records: list[dict] = []
+    records: list = []
     try:
         fh = open(path, encoding="utf-8")
     except OSError as exc:
@@ -59,7 +60,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
             except json.JSONDecodeError as exc:
                 raise WorkloadError(f"invalid JSON ({exc.msg})", file=str(path), line=n) from None
             check_record(obj, str(path), n)
-            records.append(obj)
+            records.append((n, obj) if with_lines else obj)
     return records
 
 
