@@ -34,9 +34,17 @@ ATTN_OPS = ("layernorm", "qkv_proj", "rotary_emb", "qk_norm", "o_proj")
 MLP_OPS = ("layernorm", "gate_up_proj", "act_fn", "down_proj")
 
 
-def system_simulator(device, tp: int, pp: int) -> SystemSimulator:
+def system_simulator(device, tp: int, pp: int, with_fixed_latency: bool = False) -> SystemSimulator:
+    """The TP x PP group's simulator. The device networks are bandwidth-only (latency 0) because
+    measured step residuals already contain each collective's fixed cost; ``with_fixed_latency``
+    (for bundles without a residual table) sets the link latency so that a tiny 2-GPU ring
+    all-reduce (2 messages x hops links) costs the device's measured ``collective_latency_ns``."""
     n = tp * pp
-    net = AnalyticalNetwork(parse_network(device.network_for_tp(n), f"{device.path}:network"))
+    cfg = device.network_for_tp(n)
+    if with_fixed_latency and device.collective_latency_ns:
+        hops = 2 if cfg["topology"][0] == "Switch" else 1
+        cfg["latency"] = [device.collective_latency_ns / (2 * hops)]
+    net = AnalyticalNetwork(parse_network(cfg, f"{device.path}:network"))
     system = parse_system(device.system_config(), f"{device.path}:system")
     groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else {}
     return SystemSimulator(net, system, comm_groups=groups)
@@ -45,11 +53,11 @@ def system_simulator(device, tp: int, pp: int) -> SystemSimulator:
 class GraphCommModel:
     """Exposed communication of a step's graph, memoised by token count."""
 
-    def __init__(self, model, device, tp: int, pp: int):
+    def __init__(self, model, device, tp: int, pp: int, residual_table: bool = True):
         self.model = model
         self.tp = tp
         self.pp = pp
-        self.sim = system_simulator(device, tp, pp)
+        self.sim = system_simulator(device, tp, pp, with_fixed_latency=not residual_table)
         self.layers_per_stage = -(-model.num_layers // pp)
         self._memo: dict[int, int] = {}
 

@@ -46,6 +46,9 @@ _DEVICE_KEYS = {
     "peak_bf16_tflops": _FLOAT, "power": "mapping", "gpus_per_node": _INT,
     "interconnect": _STR, "network": _STR, "system": _STR, "nccl_allreduce_busbw_gbs": _FLOAT,
 }
+# Optional: measured time of a tiny (4 KiB) all-reduce on 2 GPUs, i.e. the fixed cost of one
+# collective. Used only where no step-residual table already contains it (execution_graph).
+_OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT}
 _POWER_KEYS = ("idle_w", "standby_w", "active_w")
 _NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
 _SYSTEM_KEYS = {
@@ -83,6 +86,7 @@ class Device:
     system: str
     nccl_allreduce_busbw_gbs: float
     path: Path
+    collective_latency_ns: float = 0.0
     _network: Mapping[str, tuple] = field(repr=False, compare=False, default_factory=dict)
     _system: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
@@ -249,8 +253,12 @@ def _positive(value: float, file: Path, key: str) -> float:
 
 
 def _build_device(raw: Any, path: Path) -> Device:
+    optional = {k: _check(raw.pop(k), kind, path, k) for k, kind in _OPTIONAL_DEVICE_KEYS.items()
+                if isinstance(raw, dict) and k in raw}
     _check_keys(raw, _DEVICE_KEYS, path)
     v = {k: _check(raw[k], kind, path, k) for k, kind in _DEVICE_KEYS.items()}
+    if optional.get("collective_latency_ns", 0.0) < 0:
+        raise ProfileError("must be >= 0", file=str(path), key="collective_latency_ns")
     if v["name"] != path.stem:
         raise ProfileError(f"name '{v['name']}' must equal the file name '{path.stem}'",
                            file=str(path), key="name")
@@ -266,6 +274,7 @@ def _build_device(raw: Any, path: Path) -> Device:
                   gpus_per_node=v["gpus_per_node"], interconnect=v["interconnect"],
                   network=v["network"], system=v["system"],
                   nccl_allreduce_busbw_gbs=v["nccl_allreduce_busbw_gbs"], path=path,
+                  collective_latency_ns=optional.get("collective_latency_ns", 0.0),
                   _network=network, _system=system)
 
 

@@ -57,11 +57,11 @@ class Simulation:
         self.cluster.run()
 
 
-def _comm_model(model, device, tp: int, pp: int):
+def _comm_model(model, device, tp: int, pp: int, bundle):
     if tp == 1 and pp == 1:
         return None
     from llmservingsim.execution_graph import GraphCommModel
-    return GraphCommModel(model, device, tp, pp)
+    return GraphCommModel(model, device, tp, pp, residual_table=bundle.step_overhead is not None)
 
 
 def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
@@ -90,7 +90,7 @@ def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Opt
     if mem.kv_pool_tokens < engine["max_model_len"] and cfg["engine"]["max_model_len"] is None:
         engine["max_model_len"] = mem.kv_pool_tokens    # vLLM would refuse; cap like --max-model-len
     perf = PerformanceModel(model, bundle, pp)
-    timer = StepTimer(perf, _comm_model(model, device, tp, pp))
+    timer = StepTimer(perf, _comm_model(model, device, tp, pp, bundle))
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":

@@ -109,3 +109,13 @@ def test_70b_tp2_runs_on_both_platforms(tmp_path):
         assert s["calls"] == 4
         rows = (tmp_path / f"{hw}.csv").read_text().splitlines()
         assert rows[0].split(",")[-2] == "exposed_comm_s" and len(rows) > 20
+
+
+def test_fixed_collective_latency_only_without_a_residual_table():
+    """Residual tables already hold each collective's fixed cost; bundles without one get the
+    device's measured 12.7 us (4 KiB, 2 GPUs) per all-reduce."""
+    d = load_device("RTXPRO6000")
+    with_table = GraphCommModel(MODEL, d, 2, 1, residual_table=True)
+    without = GraphCommModel(MODEL, d, 2, 1, residual_table=False)
+    assert with_table.sim.collective_time_ns("all_reduce", 4096, [0, 1]) == d.allreduce_ns(4096, 2) == 115
+    assert without.sim.collective_time_ns("all_reduce", 4096, [0, 1]) == 12700 + 115
