@@ -30,6 +30,11 @@ def try_fast_forward(inst, nxt) -> bool:
     sched = inst.scheduler
     if sched.waiting or nxt.preempted:
         return False
+    loop = inst.loop
+    next_event = loop.peek()
+    limit = next_event if next_event is not None else 1 << 62
+    if limit - loop.now < MIN_STEPS * inst.last_step_ns:   # cheap decline: no room for a run
+        return False
     running = sched.running
     scheduled = nxt.scheduled
     n = len(scheduled)
@@ -53,32 +58,32 @@ def try_fast_forward(inst, nxt) -> bool:
         kv_min = min(kv_min, kv)
     if horizon < MIN_STEPS:
         return False
-    allocs = _allocation_events(inst, scheduled, horizon - 1)
-    loop = inst.loop
-    next_event = loop.peek()
-    limit = next_event if next_event is not None else 1 << 62
-    free = inst.kv.pool.num_free
     timer = inst.timer
-    # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1.
+    # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1;
+    # every bulk step, and the launch of the step after them, must precede the next event.
     times = []
     t = loop.now
-    k = 0                       # allocations planned so far (allocs is sorted by step)
     for j in range(1, horizon):
         timing = timer.time_shape(BatchShape(0, 0.0, 0, n, kv_sum + n * (j - 1), kv_max + j - 1, kv_min + j - 1))
         t_end = t + timing.total_ns
         if t_end >= limit:
             break
-        k2 = k
-        while k2 < len(allocs) and allocs[k2][0] == j:
-            k2 += 1
-        if k2 > free:
-            break
-        k = k2
         times.append((t, timing))
         t = t_end
+    if len(times) < MIN_STEPS - 1:
+        return False
+    # ... and their block allocations must fit in the free blocks (none can fail)
+    allocs = _allocation_events(inst, scheduled, len(times))
+    free = inst.kv.pool.num_free
+    if len(allocs) > free:
+        last_ok = allocs[free][0] - 1          # the (free+1)-th allocation happens in that step
+        del times[last_ok:]
+        del allocs[free:]
+        allocs = [a for a in allocs if a[0] <= last_ok]
     steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
     if steps < MIN_STEPS - 1:
         return False
+    t = times[-1][0] + times[-1][1].total_ns
     _apply(inst, nxt, times, steps, allocs)
     launch_at = t
     loop.schedule(launch_at, lambda: inst._launch(nxt, launch_at))

@@ -43,6 +43,7 @@ class Instance:
         self.pending: Optional[SchedulerOutput] = None
         self.busy_ns = 0
         self.num_steps = 0
+        self.last_step_ns = 0
 
     @property
     def busy(self) -> bool:
@@ -89,6 +90,7 @@ class Instance:
             if sr.req.first_scheduled_ns is None:
                 sr.req.first_scheduled_ns = now
         timing = self.timer.time(out)
+        self.last_step_ns = timing.total_ns
         self.current = out
         self.busy_ns += timing.total_ns
         self.num_steps += 1

@@ -142,6 +142,10 @@ class KVCacheManager:
         held = self.req_blocks.get(req.request_id)
         num_held = len(held) if held is not None else 0
         total = req.num_computed_tokens + num_hit_tokens + num_new_tokens
+        if num_new_tokens == 1 and not hits and total <= num_held * self.block_size:
+            # a decode inside its last block: nothing to allocate, and every full block it
+            # could publish was published when its last token was sampled
+            return True
         num_new_blocks = max(cdiv(total, self.block_size) - num_held - len(hits), 0)
         need = num_new_blocks
         if hits and need + len(hits) > self.pool.num_free:
