@@ -11,8 +11,9 @@ its fixed launch cost, taken as the smallest time measured for that op:
                                                    (layernorm, final_layernorm, embedding
                                                    lookup, sampler)
 
-attention.csv, moe.csv and per_sequence lm_head scale like sharded ops; skew_fit.csv and
-step_overhead.csv (per-step residuals) are copied. The output folder gets a PROVENANCE.md
+attention.csv, moe.csv and per_sequence lm_head scale like sharded ops; skew_fit.csv is
+copied. step_overhead.csv is not: a residual (measured wall minus profiled kernels) only
+means something against the kernels and the deployment it was measured with. The output folder gets a PROVENANCE.md
 saying all this. Run: ``python -m llmservingsim.derive_bundle B200 meta-llama/Llama-3.1-70B --tp 2``.
 """
 from __future__ import annotations
@@ -56,15 +57,15 @@ def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path
             w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
             w.writeheader()
             w.writerows(rows)
-    for name in ("skew_fit.csv", "step_overhead.csv"):
+    for name in ("skew_fit.csv",):
         if (src / name).exists():
             shutil.copyfile(src / name, dst / name)
     (dst / "PROVENANCE.md").write_text(
         f"# DERIVED bundle: {hardware} {model} {variant} tp{tp}\n\n"
         f"Not measured. Generated from ../tp1 by `python -m llmservingsim.derive_bundle {hardware} {model} "
         f"--tp {tp}` (see llmservingsim/derive_bundle.py): sharded ops t = t_min + (t_tp1 - t_min) / {tp}; "
-        f"layernorm, final_layernorm, embedding and sampler unchanged; skew_fit.csv and step_overhead.csv "
-        f"copied from tp1. Replace with a measured tp{tp} bundle when one exists.\n")
+        f"layernorm, final_layernorm, embedding and sampler unchanged; skew_fit.csv copied from tp1; "
+        f"no step_overhead.csv (tp1's residual belongs to tp1's kernels). Replace with a measured tp{tp} bundle when one exists.\n")
     return dst
 
 

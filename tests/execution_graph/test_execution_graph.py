@@ -59,7 +59,7 @@ def test_pcie_allreduce_far_above_nvlink_for_the_same_batch():
     # 160 all-reduces of 544 tokens x 8192 x 2 B: 35.2 GB/s PCIe vs 538.8 GB/s NVLink busbw
     assert rtx.comm_ns == 160 * load_device("RTXPRO6000").allreduce_ns(544 * 8192 * 2, 2)
     assert rtx.comm_ns > 10 * b200.comm_ns
-    assert rtx.comm_ns / rtx.total_ns > 0.15 and b200.comm_ns / b200.total_ns < 0.05
+    assert rtx.comm_ns / rtx.total_ns > 0.15 and b200.comm_ns / b200.total_ns < 0.08
 
 
 def test_pipeline_parallel_adds_send_recv():
