@@ -6,7 +6,6 @@ the program layer's Orchestrator drives it through the engine API and the four h
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -52,9 +51,21 @@ class Simulation:
     timer: StepTimer
     workload_source: str
 
-    def run(self) -> None:
-        self.orchestrator.start()
-        self.cluster.run()
+    def run(self, quiet: bool = True) -> None:
+        """Simulate to the end; a progress bar of completed calls on a terminal unless quiet."""
+        from .sweep.progress import progress
+        total = sum(len(p.calls) for p in self.programs)
+        with progress(total, "simulating calls", quiet=quiet) as bar:
+            if bar.enabled:
+                done = self.cluster.on_request_finished
+                cluster = self.cluster
+
+                def counted(info):
+                    done(info)
+                    bar.update(note=f"t={cluster.now_ns / 1e9:.0f} s")
+                self.cluster.on_request_finished = counted
+            self.orchestrator.start()
+            self.cluster.run()
 
 
 def _comm_model(model, device, tp: int, pp: int, bundle):
@@ -196,11 +207,8 @@ def run_config(config: dict, out_dir, *, base_dir: Optional[Path] = None, seed: 
                step_mode: bool = False, quiet: bool = True, profiles: Optional[str] = None,
                trace_steps: Optional[Path] = None) -> dict:
     """Simulate ``config`` and write calls.csv, programs.csv, timeseries.csv, summary.json."""
-    t0 = time.perf_counter()
     sim = build_simulation(config, base_dir=base_dir, seed=seed, profiles=profiles,
                            trace_steps=trace_steps is not None, step_mode=step_mode)
-    sim.run()
+    sim.run(quiet=quiet)
     summary = write_outputs(sim, Path(out_dir), trace_steps)
-    if not quiet:
-        print(f"simulated {summary['makespan_s']:.1f} s in {time.perf_counter() - t0:.2f} s wall")
     return summary

@@ -45,7 +45,8 @@ def main(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / path.stem
     t0 = time.perf_counter()
     summary = run_config(cfg, out, seed=args.seed, step_mode=args.step_mode, profiles=args.profiles,
-                         trace_steps=Path(args.trace_steps) if args.trace_steps else None)
+                         trace_steps=Path(args.trace_steps) if args.trace_steps else None,
+                         quiet=args.quiet)
     if not args.quiet:
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} "
               f"TP{cfg['parallelism']['tp']}, policies {cfg['policies']}")
