@@ -41,7 +41,7 @@ def bench(name: str, path: Path, target_s: float, baseline_s: float, step_mode: 
     if step_mode:
         print(f"{'':<20} step mode: wall {wall:6.2f} s, {s['steps'] / (t2 - t1):.0f} steps/s")
         return wall
-    ff = getattr(sim.cluster.instances[0].scheduler, "num_ff_steps", 0)
+    ff = sim.cluster.instances[0].scheduler.num_ff_steps
     print(f"{name:<20} wall {wall:6.2f} s (build {t1 - t0:.2f}, run {t2 - t1:.2f}, write {t3 - t2:.2f})  "
           f"simulated {s['makespan_s']:9.1f} s  -> {s['makespan_s'] / wall:8.0f} sim-s/wall-s  "
           f"{s['steps']} steps ({s['steps'] / (t2 - t1):.0f}/s)  target {target_s:.0f} s: x{wall / target_s:.2f}  "

@@ -20,7 +20,6 @@ start time through the event loop, so the clock owner stays the event loop.
 from __future__ import annotations
 
 from .perf_model import BatchShape
-from .request import RequestStatus
 
 MIN_STEPS = 3
 
@@ -114,7 +113,6 @@ def _apply(inst, nxt, times, steps: int, allocs: list) -> None:
     schedule of N+j+1 (block allocations), the end of N+j (sampled token; a completed
     block is published). Per-request counters move once, by ``steps``."""
     kv = inst.kv
-    pool = kv.pool
     bs = kv.block_size
     scheduled = nxt.scheduled
     on_decode = inst._on_decode_step
@@ -136,23 +134,11 @@ def _apply(inst, nxt, times, steps: int, allocs: list) -> None:
         if on_decode is not None:
             on_decode(inst, t_start, timing, n)
         while a < len(allocs) and allocs[a][0] == j:
-            req = scheduled[allocs[a][1]].req
-            kv.req_blocks[req.request_id].extend(pool.get_new_blocks(1))
+            kv.append_new_block(scheduled[allocs[a][1]].req)
             a += 1
         while p < len(pubs) and pubs[p][0] == j:
             req = scheduled[pubs[p][1]].req
             kv.cache_blocks(req, req.num_tokens + j)
             p += 1
-    t_last = times[-1][0] + times[-1][1].total_ns
-    t_first = times[0][0] + times[0][1].total_ns
-    for sr in scheduled:
-        req = sr.req
-        if req.first_token_ns is None:     # a last 1-token prefill chunk samples its first token
-            req.first_token_ns = t_first
-        req.num_computed_tokens += steps
-        req.num_tokens += steps
-        req.last_token_ns = t_last
-        sr.ctx_before += steps
-        assert req.status == RequestStatus.RUNNING
-    sched = inst.scheduler
-    sched.num_ff_steps = getattr(sched, "num_ff_steps", 0) + steps
+    inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
+                                   times[-1][0] + times[-1][1].total_ns)

@@ -166,6 +166,11 @@ class KVCacheManager:
         self.cache_blocks(req, min(total, req.num_tokens))
         return True
 
+    def append_new_block(self, req: Request) -> None:
+        """One more block for a running request (fast-forward's boundary crossings; the
+        caller has checked that a block is free)."""
+        self.req_blocks[req.request_id].extend(self.pool.get_new_blocks(1))
+
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Publish the request's full blocks up to ``num_tokens`` tokens."""
         if not self.enable_caching:

@@ -2,7 +2,8 @@
 
 Ownership: ``status``, ``num_computed_tokens`` and ``num_placeholders`` are written only by
 the scheduler; ``num_tokens`` grows only in ``Scheduler.update_from_output`` (a sampled
-token becomes known); timestamps are written by the instance that runs the request.
+token becomes known) and ``Scheduler.advance_decodes`` (fast-forward); token timestamps are
+written there too, ``first_scheduled_ns`` by the instance that runs the request.
 """
 from __future__ import annotations
 

@@ -65,6 +65,7 @@ class Scheduler:
         self.waiting = make_queue(config.policy)
         self.priority_policy = config.policy == "priority"
         self.num_preemptions = 0
+        self.num_ff_steps = 0       # steps applied in bulk by fast-forward
 
     def add_request(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
@@ -172,6 +173,20 @@ class Scheduler:
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.prepend(req)
+
+    def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int) -> None:
+        """Fast-forward: ``steps`` decode cycles of the batch ``pending`` (every request
+        computed and sampled ``steps`` more tokens; the last sampled at ``last_ns``, a first
+        token, if any, at ``first_ns``); ``pending`` becomes the batch after them."""
+        for sr in pending.scheduled:
+            req = sr.req
+            if req.first_token_ns is None:     # a last 1-token prefill chunk samples its first token
+                req.first_token_ns = first_ns
+            req.num_computed_tokens += steps
+            req.num_tokens += steps
+            req.last_token_ns = last_ns
+            sr.ctx_before += steps
+        self.num_ff_steps += steps
 
     # ---- update -------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now_ns: int) -> list[Request]:
