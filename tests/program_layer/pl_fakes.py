@@ -13,29 +13,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from hooks import CallInfo, Hooks
+from llmservingsim.cluster import InstanceLoad
 from llmservingsim.request import CallSpec
-
-try:
-    from program_layer.workload_io import ProgramSpec
-except ImportError:     # the lead's module may not exist yet
-    @dataclass
-    class ProgramSpec:
-        program_id: int
-        session_id: str
-        arrival_ns: int
-        calls: list
+from program_layer.workload_io import ProgramSpec
 
 S = 1_000_000_000
 MS = 1_000_000
-
-
-@dataclass(frozen=True)
-class InstanceLoad:
-    num_running: int
-    num_waiting: int
-    kv_utilization: float
-    kv_used_tokens: int
-    kv_pool_tokens: int
 
 
 @dataclass
