@@ -57,6 +57,15 @@ class Cluster:
     def schedule(self, time_ns: int, callback: Callable[[], None]) -> None:
         self.loop.schedule(time_ns, callback)
 
+    def add_instance(self, inst: Instance) -> None:
+        inst.release_owner_entries = self._release_owner_entries
+        self.instances.append(inst)
+
+    def _release_owner_entries(self, owner: int, skip: Optional[int], drop: bool) -> None:
+        for inst in self.instances:
+            if inst.index != skip:
+                inst.kv.release_entry(owner, drop)
+
     def submit(self, instance: int, call: CallSpec, request_id: int) -> None:
         inst = self.instances[instance]
         req = Request(request_id, call, self.loop.now, instance)

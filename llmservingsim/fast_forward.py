@@ -40,7 +40,6 @@ def try_fast_forward(inst, nxt) -> bool:
     if n == 0 or n != len(running):
         return False
     kv = inst.kv
-    bs = kv.block_size
     horizon = 1 << 62
     kv_sum = 0
     kv_max = 0
@@ -117,6 +116,9 @@ def _apply(inst, nxt, times, steps: int, allocs: list) -> None:
     scheduled = nxt.scheduled
     on_decode = inst._on_decode_step
     n = len(scheduled)
+    for sr in scheduled:        # a call admitted as a "decode" (all but its last token hit)
+        if sr.req.first_scheduled_ns is None:
+            sr.req.first_scheduled_ns = times[0][0]
     # publication events: request i completes a block when its sampled tokens reach a multiple of bs
     pubs = []
     for i, sr in enumerate(scheduled):

@@ -39,6 +39,10 @@ class Instance:
         self._on_step = on_step
         self._on_decode_step = on_decode_step
         self.fast_forward = fast_forward and async_scheduling
+        # releases the owner's KV entries on every instance but ``skip`` (set by the Cluster):
+        # a program's newest context supersedes its entries wherever they are
+        self.release_owner_entries: Callable[[int, Optional[int], bool], None] = (
+            lambda owner, skip, drop: None if skip == self.index else self.kv.release_entry(owner, drop))
         self.current: Optional[SchedulerOutput] = None
         self.pending: Optional[SchedulerOutput] = None
         self.busy_ns = 0
@@ -58,7 +62,7 @@ class Instance:
             if hooks.retention is not None:
                 d = hooks.retention.on_arrival(info, now)
                 if d.kind in ("release", "evict"):
-                    self.kv.release_entry(req.owner, drop_content=d.kind == "evict")
+                    self.release_owner_entries(req.owner, None, d.kind == "evict")
             if hooks.priority is not None:
                 req.priority = hooks.priority.priority(info, now)
         self.scheduler.add_request(req)
@@ -118,6 +122,8 @@ class Instance:
         decision = None
         if self.hooks.retention is not None:
             decision = self.hooks.retention.on_complete(self.call_info(req), now, self.kv.usage())
+            if decision.kind == "protect" and decision.deadline_ns > now:
+                self.release_owner_entries(req.owner, self.index, False)
         self.kv.finish(req, decision, now)
 
     # ---- checks -------------------------------------------------------------------------

@@ -20,7 +20,7 @@ of holders; ``req_blocks`` and ``entries`` are the only holders; free + held = u
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from hooks import Hooks, KVEntryInfo, RetentionDecision, default_eviction_key
@@ -143,8 +143,10 @@ class KVCacheManager:
         num_held = len(held) if held is not None else 0
         total = req.num_computed_tokens + num_hit_tokens + num_new_tokens
         if num_new_tokens == 1 and not hits and total <= num_held * self.block_size:
-            # a decode inside its last block: nothing to allocate, and every full block it
-            # could publish was published when its last token was sampled
+            # a decode inside its last block: nothing to allocate; a block can only become
+            # publishable here when this token completes it
+            if total % self.block_size == 0:
+                self.cache_blocks(req, min(total, req.num_tokens))
             return True
         num_new_blocks = max(cdiv(total, self.block_size) - num_held - len(hits), 0)
         need = num_new_blocks
@@ -204,7 +206,10 @@ class KVCacheManager:
         if decision.kind == "evict":
             self.free(req, drop_content=True)
             return
-        blocks = self.req_blocks.pop(req.request_id, [])
+        if not self.req_blocks.get(req.request_id):     # finished while preempted: nothing held
+            self.free(req)
+            return
+        blocks = self.req_blocks.pop(req.request_id)
         self.num_cached_blocks.pop(req.request_id, None)
         old = self.entries.get(req.owner)
         self._entry_seq += 1
@@ -253,12 +258,14 @@ class KVCacheManager:
         """
         if not self.entries:
             return False
-        order = self._entry_order(requester)
         if dry_run:
+            # Each freed block raises the free count, and a freed hit raises the need as
+            # well, so free - need never falls as entries go: the answer is whether
+            # releasing every entry would do, whatever the order (no key is evaluated).
             avail = self.pool.num_free
             hit_ids = {b.block_id for b in hits if b.ref_cnt > 0} if hits else ()
             dropped: dict[int, int] = {}
-            for entry in order:
+            for entry in self.entries.values():
                 for b in entry.blocks:
                     d = dropped.get(b.block_id, 0) + 1
                     dropped[b.block_id] = d
@@ -266,10 +273,8 @@ class KVCacheManager:
                         avail += 1
                         if b.block_id in hit_ids:
                             need += 1
-                if avail >= need:
-                    return True
-            return False
-        for entry in order:
+            return avail >= need
+        for entry in self._entry_order(requester):
             self.release_entry(entry.owner)
             self.num_reclaimed_entries += 1
             need = new_blocks + (sum(1 for b in hits if b.ref_cnt == 0) if hits else 0)

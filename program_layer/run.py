@@ -117,7 +117,7 @@ def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Opt
     for i in range(cfg["instances"]):
         kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=i)
-        cluster.instances.append(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
+        cluster.add_instance(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
                                           engine["async_scheduling"], cluster.finished, metrics.on_step,
                                           metrics.on_decode_step, fast_forward=not step_mode))
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])

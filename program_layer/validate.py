@@ -27,12 +27,15 @@ def real_metrics(real_dir: Path) -> dict:
         try:
             r = json.loads(line)
             q, f, l, n = r["queued_ts"], r["first_token_ts"], r["last_token_ts"], r["output_toks"]
+            ttft, latency = f - q, l - q
+            tpot = (l - f) / (n - 1) if n > 1 else None
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise WorkloadError(f"bad request record ({exc})", file=str(path), line=lineno) from None
-        out["ttft_s"].append(f - q)
-        out["latency_s"].append(l - q)
-        if n > 1:
-            out["tpot_s"].append((l - f) / (n - 1))
+            raise WorkloadError(f"bad request record ({type(exc).__name__}: {exc})", file=str(path),
+                                line=lineno) from None
+        out["ttft_s"].append(ttft)
+        out["latency_s"].append(latency)
+        if tpot is not None:
+            out["tpot_s"].append(tpot)
     return out
 
 
@@ -47,14 +50,18 @@ def compare(real: dict, sim: dict) -> dict:
     for m in METRICS:
         r, s = percentiles(real[m]), percentiles(sim[m])
         table[m] = {stat: {"real": r[stat], "sim": s[stat],
-                           "error_pct": round(100.0 * (s[stat] - r[stat]) / r[stat], 3) if r[stat] else None}
+                           "error_pct": round(100.0 * (s[stat] - r[stat]) / r[stat], 3)
+                           if r[stat] and s[stat] is not None else None}
                     for stat in ("mean", "p50", "p90", "p99")}
     return table
 
 
 def format_table(table: dict) -> str:
+    def num(x, spec):
+        return format(x, spec) if x is not None else f"{'-':>12}"
     lines = [f"{'metric':<10} {'stat':<5} {'real':>12} {'sim':>12} {'error':>8}"]
     for m, stats in table.items():
         for stat, v in stats.items():
-            lines.append(f"{m:<10} {stat:<5} {v['real']:>12.6f} {v['sim']:>12.6f} {v['error_pct']:>+7.2f}%")
+            err = f"{v['error_pct']:>+7.2f}%" if v["error_pct"] is not None else f"{'-':>8}"
+            lines.append(f"{m:<10} {stat:<5} {num(v['real'], '>12.6f')} {num(v['sim'], '>12.6f')} {err}")
     return "\n".join(lines)

@@ -27,7 +27,7 @@ def make_cluster(async_scheduling, hooks=None, **sched_kw):
     loop = EventLoop()
     cluster = Cluster(loop, hooks)
     sched = create_scheduler(**sched_kw)
-    cluster.instances.append(Instance(0, loop, sched, FixedTimer(), cluster.hooks, async_scheduling,
+    cluster.add_instance(Instance(0, loop, sched, FixedTimer(), cluster.hooks, async_scheduling,
                                       cluster.finished))
     return cluster
 
