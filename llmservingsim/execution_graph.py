@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from astrasim import Attr, CollectiveCommType, Node, NodeType, SystemSimulator
+from astrasim import CollectiveCommType, Node, NodeType, SystemSimulator
 from astrasim.config.network import parse_network
 from astrasim.config.system import parse_system
 from astrasim.network import AnalyticalNetwork
@@ -93,8 +93,7 @@ def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
     attn_block = sum(dense.get(op, 0.0) for op in ATTN_OPS) + attn_us
     mlp_block = sum(dense.get(op, 0.0) for op in MLP_OPS)
     if b.moe is not None and perf.model.is_moe:
-        E, k = perf.model.num_experts, perf.model.experts_per_token
-        mlp_block += b.moe(T, E * (1.0 - (1.0 - k / E) ** T))
+        mlp_block += perf.moe_us(T)
     known = set(ATTN_OPS) | set(MLP_OPS) | {"embedding", "final_layernorm"}
     mlp_block += sum(v for name, v in dense.items() if name not in known)   # ops of other models
     size = T * perf.model.hidden_size * perf.model.dtype_bytes

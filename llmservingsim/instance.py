@@ -20,7 +20,7 @@ from .events import EventLoop
 from .kv_cache_manager import KVCacheManager, cdiv
 from .request import Request
 from .scheduler import Scheduler, SchedulerOutput
-from .step_timer import StepTimer, shape_of
+from .step_timer import StepTimer
 
 
 class Instance:
@@ -48,10 +48,6 @@ class Instance:
         self.busy_ns = 0
         self.num_steps = 0
         self.last_step_ns = 0
-
-    @property
-    def busy(self) -> bool:
-        return self.current is not None
 
     # ---- arrivals -----------------------------------------------------------------------
     def submit(self, req: Request) -> None:

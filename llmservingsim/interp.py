@@ -48,16 +48,6 @@ class Table1D:
             self._cache[x] = v
         return v
 
-    def vector(self, x: np.ndarray) -> np.ndarray:
-        xs = np.asarray(self.xs)
-        ys = np.asarray(self.ys)
-        if len(xs) == 1:
-            return np.full(len(x), ys[0])
-        x = np.maximum(np.asarray(x, dtype=float), xs[0])
-        i = np.clip(np.searchsorted(xs, x, side="right") - 1, 0, len(xs) - 2)
-        w = (x - xs[i]) / (xs[i + 1] - xs[i])
-        return ys[i] + w * (ys[i + 1] - ys[i])
-
 
 class RaggedGrid2D:
     """2-D table whose rows (first axis) may each list different second-axis points:
@@ -87,13 +77,13 @@ class RaggedGrid2D:
 class GridND:
     """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``."""
 
-    __slots__ = ("axes", "values", "_np_axes", "_rows")
+    __slots__ = ("axes", "values", "_rows", "_nested")
 
     def __init__(self, axes: Sequence[Sequence[float]], values: np.ndarray):
         self.axes = [list(map(float, a)) for a in axes]
         self.values = np.asarray(values, dtype=float)
-        self._np_axes = [np.asarray(a, dtype=float) for a in self.axes]
         self._rows = self.values.tolist() if self.values.ndim == 2 else None
+        self._nested = self.values.tolist()     # python floats: no numpy scalar per lookup
 
     def __call__(self, *point: float) -> float:
         if len(point) == 2:
@@ -103,7 +93,6 @@ class GridND:
             i, w = bracket(a, x)
             idx.append(i)
             wts.append(w)
-        v = self.values
         total = 0.0
         d = len(idx)
         for corner in range(1 << d):
@@ -117,7 +106,10 @@ class GridND:
                     weight *= 1.0 - wts[k]
                     sl.append(idx[k])
             if weight:
-                total += weight * v[tuple(sl)]
+                v = self._nested
+                for i in sl:
+                    v = v[i]
+                total += weight * v
         return total
 
     def _call2(self, x0: float, x1: float) -> float:
@@ -130,21 +122,3 @@ class GridND:
         lo = r0[j] + u * (r0[j1] - r0[j])
         hi = r1[j] + u * (r1[j1] - r1[j])
         return lo + w * (hi - lo)
-
-    def vector2(self, x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
-        """Vectorised 2-D lookup (used to time runs of decode steps at once)."""
-        assert len(self.axes) == 2
-        out = []
-        ii, ww = [], []
-        for a, x in zip(self._np_axes, (x0, x1)):
-            x = np.maximum(np.asarray(x, dtype=float), a[0])
-            i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, max(len(a) - 2, 0))
-            w = (x - a[i]) / (a[i + 1] - a[i]) if len(a) > 1 else np.zeros(len(x))
-            ii.append(i)
-            ww.append(w)
-        v = self.values
-        i0, i1 = ii
-        w0, w1 = ww
-        out = ((1 - w0) * (1 - w1) * v[i0, i1] + w0 * (1 - w1) * v[i0 + 1, i1]
-               + (1 - w0) * w1 * v[i0, i1 + 1] + w0 * w1 * v[i0 + 1, i1 + 1])
-        return out

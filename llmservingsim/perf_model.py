@@ -83,9 +83,7 @@ class PerformanceModel:
         self._dense_terms = []
         for name, table in sorted(dense.items()):
             if name in ONCE_PER_MODEL:
-                # embedding runs on the first stage, final norm on the last; per stage
-                # both are small, so charge each stage once (exact when pp == 1)
-                mult = ONCE_PER_MODEL[name]
+                mult = ONCE_PER_MODEL[name]         # see once_us for pipeline parallelism
             else:
                 mult = PER_LAYER_MULT.get(name, 1) * L
             self._dense_terms.append((mult, table))
@@ -101,11 +99,21 @@ class PerformanceModel:
         if v is None:
             v = sum(mult * table(tokens) for mult, table in self._dense_terms)
             if self.bundle.moe is not None and self.model.is_moe:
-                E, k = self.model.num_experts, self.model.experts_per_token
-                active = E * (1.0 - (1.0 - k / E) ** tokens)
-                v += self.layers_per_stage * self.bundle.moe(tokens, active)
+                v += self.layers_per_stage * self.moe_us(tokens)
             self._dense_memo[tokens] = v
         return v
+
+    def moe_us(self, tokens: int) -> float:
+        """One MoE layer at the expected number of distinct experts T tokens activate."""
+        E, k = self.model.num_experts, self.model.experts_per_token
+        return self.bundle.moe(tokens, E * (1.0 - (1.0 - k / E) ** tokens))
+
+    def once_us(self, b: BatchShape) -> float:
+        """Ops that run once per step whatever the pipeline depth: embedding, final norm,
+        lm_head and sampler (on the first / last stage)."""
+        dense = self.bundle.dense
+        return (sum(dense[name](b.num_tokens) for name in ONCE_PER_MODEL if name in dense)
+                + self.per_sequence_us(b.num_seqs))
 
     def per_sequence_us(self, seqs: int) -> float:
         v = self._seq_memo.get(seqs)
@@ -157,6 +165,7 @@ class PerformanceModel:
         return v
 
     def compute_us(self, b: BatchShape) -> float:
-        """Compute time of one pipeline stage (µs): dense + attention + per-sequence."""
+        """Compute time of one pipeline stage with the once-per-step ops (µs): dense +
+        attention + per-sequence. With pp stages a step is pp x (this - once_us) + once_us."""
         return (self.dense_us(b.num_tokens) + self.layers_per_stage * self.attention_us(b)
                 + self.per_sequence_us(b.num_seqs))

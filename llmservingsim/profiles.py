@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -59,9 +59,7 @@ class ProfileBundle:
     attention: AttentionTables
     skew: Optional[SkewFit]
     moe: Optional[GridND] = None
-    moe_tokens: Optional[list] = None
     step_overhead: Optional[RaggedGrid2D] = None
-    extras: dict = field(default_factory=dict)
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict]:
@@ -156,7 +154,7 @@ def _skew(meta: dict, tp: int, path: Path) -> Optional[SkewFit]:
         pcs=sorted({k[0] for k in table}))
 
 
-def _moe(path: Path) -> tuple[GridND, list]:
+def _moe(path: Path) -> GridND:
     rows = _read_csv(path, ("tokens", "activated_experts", "time_us"))
     toks = sorted({r["tokens"] for r in rows})
     experts = sorted({r["activated_experts"] for r in rows})
@@ -171,7 +169,7 @@ def _moe(path: Path) -> tuple[GridND, list]:
         for i in range(len(toks) - 2, -1, -1):
             if np.isnan(vals[i, j]):
                 vals[i, j] = vals[i + 1, j]
-    return GridND([toks, experts], vals), toks
+    return GridND([toks, experts], vals)
 
 
 def _step_overhead(path: Path) -> RaggedGrid2D:
@@ -215,7 +213,7 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
                            attention=_attention(tp_dir / "attention.csv"),
                            skew=_skew(meta, tp, tp_dir / "skew_fit.csv"))
     if (tp_dir / "moe.csv").exists():
-        bundle.moe, bundle.moe_tokens = _moe(tp_dir / "moe.csv")
+        bundle.moe = _moe(tp_dir / "moe.csv")
     if (tp_dir / "step_overhead.csv").exists():
         bundle.step_overhead = _step_overhead(tp_dir / "step_overhead.csv")
     _CACHE[key] = bundle

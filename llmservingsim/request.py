@@ -73,10 +73,6 @@ class Request:
     def num_output_tokens(self) -> int:
         return self.num_tokens - self.prompt_len
 
-    @property
-    def total_len(self) -> int:
-        return self.prompt_len + self.max_tokens
-
     def __lt__(self, other: "Request") -> bool:     # vLLM Request.__lt__: (priority, arrival, id)
         return (self.priority, self.arrival_ns, self.request_id) < (
             other.priority, other.arrival_ns, other.request_id)

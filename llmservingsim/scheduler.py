@@ -22,7 +22,6 @@ and ``num_tokens`` of a request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus

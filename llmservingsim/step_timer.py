@@ -57,7 +57,11 @@ class StepTimer:
 
     def time_shape(self, shape: BatchShape) -> StepTiming:
         perf = self.perf
-        compute = round(perf.compute_us(shape) * 1000.0) * self.pp
+        if self.pp == 1:
+            compute = round(perf.compute_us(shape) * 1000.0)
+        else:       # the layers run stage after stage; embedding, head and sampler once
+            once = perf.once_us(shape)
+            compute = round((self.pp * (perf.compute_us(shape) - once) + once) * 1000.0)
         overhead = round(perf.overhead_us(shape) * 1000.0)
         comm = self.comm.exposed_comm_ns(shape) if self.comm is not None else 0
         total = compute + comm + overhead

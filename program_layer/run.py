@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from hooks import Hooks
 from llmservingsim.cluster import Cluster
 from llmservingsim.errors import ConfigError, StuckError
 from llmservingsim.events import EventLoop
