@@ -79,24 +79,30 @@ def load_model(name: str) -> ModelSpec:
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read model config: {exc}", file=str(path)) from None
 
-    def need(key):
-        if key not in cfg:
-            raise ConfigError("missing field", file=str(path), key=key)
-        return cfg[key]
+    if not isinstance(cfg, dict):
+        raise ConfigError("a model config must be a JSON object", file=str(path))
 
-    heads = int(need("num_attention_heads"))
-    hidden = int(need("hidden_size"))
+    def need(key, default=None, minimum=1):
+        if key not in cfg and default is None:
+            raise ConfigError("missing field", file=str(path), key=key)
+        v = cfg.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise ConfigError(f"must be an integer >= {minimum}, got {v!r}", file=str(path), key=key)
+        return v
+
+    heads = need("num_attention_heads")
+    hidden = need("hidden_size")
     registry_name = name if not Path(name).exists() else cfg.get("_name_or_path", path.stem)
     return ModelSpec(
         name=registry_name,
         hidden_size=hidden,
-        num_layers=int(need("num_hidden_layers")),
+        num_layers=need("num_hidden_layers"),
         num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads", heads)),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg.get("intermediate_size", 4 * hidden)),
-        vocab_size=int(need("vocab_size")),
-        max_model_len=int(cfg.get("max_position_embeddings", 131072)),
+        num_kv_heads=need("num_key_value_heads", heads),
+        head_dim=need("head_dim", hidden // heads) if cfg.get("head_dim") is not None else hidden // heads,
+        intermediate_size=need("intermediate_size", 4 * hidden),
+        vocab_size=need("vocab_size"),
+        max_model_len=need("max_position_embeddings", 131072),
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         num_experts=int(cfg.get("num_experts", cfg.get("num_local_experts", 0)) or 0),
         experts_per_token=int(cfg.get("num_experts_per_tok", 0) or 0),

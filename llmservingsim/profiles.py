@@ -133,18 +133,26 @@ def _attention(path: Path) -> AttentionTables:
     return AttentionTables(prefill, decode, GridND([P, K, N, KD], vals))
 
 
-def _skew(meta: dict, tp: int, path: Path) -> Optional[SkewFit]:
-    fit = (meta.get("skew_fit") or {})
-    per_tp = (fit.get("per_tp") or {}).get(tp) or (fit.get("per_tp") or {}).get(str(tp))
+def _skew(meta: dict, tp: int, path: Path, meta_path: Path) -> Optional[SkewFit]:
+    fit = meta.get("skew_fit") or {}
+    per_tp_all = fit.get("per_tp") or {} if isinstance(fit, dict) else None
+    if not isinstance(per_tp_all, dict):
+        raise ProfileError("skew_fit.per_tp must be a mapping of TP degree to fit", file=str(meta_path),
+                           key="skew_fit.per_tp")
+    per_tp = per_tp_all.get(tp) or per_tp_all.get(str(tp))
     if not per_tp:
         return None
     axes = fit.get("bucket_axes") or {}
     table = {}
     if path.exists():
         with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                table[(float(row["pc"]), row["n_label"], row["skew_rate_label"], row["kv_big_label"],
-                       row["kp_label"])] = float(row["alpha"])
+            for lineno, row in enumerate(csv.DictReader(f), start=2):
+                try:
+                    table[(float(row["pc"]), row["n_label"], row["skew_rate_label"], row["kv_big_label"],
+                           row["kp_label"])] = float(row["alpha"])
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise ProfileError(f"bad skew-fit row ({type(exc).__name__}: {exc})", file=str(path),
+                                       line=lineno) from None
     return SkewFit(
         alpha_default=float(per_tp.get("alpha_default", 0.0)), table=table,
         n_bins=axes.get("n_bins", []), n_labels=axes.get("n_labels", []),
@@ -205,13 +213,20 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
                            f"available: {avail or 'none'})", file=str(tp_dir))
     meta = {}
     if meta_path.exists():
-        with open(meta_path) as f:
-            meta = yaml.safe_load(f) or {}
+        try:
+            with open(meta_path) as f:
+                meta = yaml.safe_load(f) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            raise ProfileError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=str(meta_path),
+                               line=(mark.line + 1) if mark else None) from None
+        if not isinstance(meta, dict):
+            raise ProfileError("meta.yaml must be a mapping", file=str(meta_path))
     dense = _by_layer(_read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us")), "tokens")
     per_seq = _by_layer(_read_csv(tp_dir / "per_sequence.csv", ("layer", "sequences", "time_us")), "sequences")
     bundle = ProfileBundle(path=tp_dir, tp=tp, meta=meta, dense=dense, per_sequence=per_seq,
                            attention=_attention(tp_dir / "attention.csv"),
-                           skew=_skew(meta, tp, tp_dir / "skew_fit.csv"))
+                           skew=_skew(meta, tp, tp_dir / "skew_fit.csv", meta_path))
     if (tp_dir / "moe.csv").exists():
         bundle.moe = _moe(tp_dir / "moe.csv")
     if (tp_dir / "step_overhead.csv").exists():

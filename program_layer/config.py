@@ -122,6 +122,9 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_pool_tokens", "max_model_len"):
         if eng[name] is not None and eng[name] < 1:
             raise ConfigError("must be >= 1", file=source, line=lines.get(f"engine.{name}"), key=f"engine.{name}")
+    if eng["long_prefill_token_threshold"] < 0:
+        raise ConfigError("must be >= 0 (0 = off)", file=source, line=lines.get("engine.long_prefill_token_threshold"),
+                          key="engine.long_prefill_token_threshold")
     if not 0 < eng["gpu_memory_utilization"] <= 1:
         raise ConfigError("must be in (0, 1]", file=source, key="engine.gpu_memory_utilization")
     if eng["scheduling_policy"] not in (None, "fcfs", "priority"):
