@@ -19,6 +19,13 @@ def add_arguments(p) -> None:
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
+def policy_text(spec) -> str:
+    if isinstance(spec, dict):
+        params = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
+        return f"{spec.get('name')}({params})" if params else str(spec.get("name"))
+    return str(spec)
+
+
 def summary_text(s: dict, out: Path, wall: float) -> str:
     j, t, p = s["jct_s"], s["ttft_s"], s["tpot_s"]
     f = lambda v, scale=1.0, nd=3: "-" if v is None else f"{v * scale:.{nd}f}"
@@ -48,7 +55,8 @@ def main(args) -> int:
                          trace_steps=Path(args.trace_steps) if args.trace_steps else None,
                          quiet=args.quiet)
     if not args.quiet:
-        print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} "
-              f"TP{cfg['parallelism']['tp']}, policies {cfg['policies']}")
+        print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{cfg['parallelism']['tp']}"
+              f" x {cfg['instances']} instance(s); policies "
+              + ", ".join(f"{axis}={policy_text(spec)}" for axis, spec in cfg["policies"].items()))
         print(summary_text(summary, out, time.perf_counter() - t0))
     return 0
