@@ -70,6 +70,9 @@ def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
     A successful run whose summary lacks a positive finite mean JCT is reported as an error
     (fitness would be undefined). The run folder is deleted unless ``keep_outputs``.
     """
+    rejected = _static_check(policy)
+    if rejected is not None:
+        return RunOutcome("error", error=rejected)
     work_root = Path(work_dir) if work_dir else Path(tempfile.gettempdir())
     work_root.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="eval-", dir=work_root))
@@ -88,6 +91,19 @@ def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
     return outcome
 
 
+def _static_check(policy: str) -> Optional[str]:
+    """Reason a policy file must not run (program_layer.search.safety), or None."""
+    from .safety import UnsafeCandidate, check_policy_file
+    head = policy.split(":", 1)[0] if ".py" in policy else None
+    if head is None or not Path(head).is_file():
+        return None             # a built-in name, or a missing file the child reports
+    try:
+        check_policy_file(head)
+    except UnsafeCandidate as exc:
+        return f"rejected before running: {exc}"
+    return None
+
+
 def _run_child(run_dir: Path, request: dict, timeout_s: float) -> RunOutcome:
     request_path, result_path = run_dir / "request.json", run_dir / "result.json"
     request_path.write_text(json.dumps(request))
@@ -104,10 +120,16 @@ def _run_child(run_dir: Path, request: dict, timeout_s: float) -> RunOutcome:
             _kill_group(proc)
             return RunOutcome("timeout", error=f"timeout: run exceeded {timeout_s:g} s wall time",
                               wall_s=round(time.perf_counter() - started, 4))
+        _kill_group(proc)       # nothing the child started outlives the evaluation
     wall_s = round(time.perf_counter() - started, 4)
     if not result_path.exists():
         return RunOutcome("error", error=_death_reason(proc.returncode, run_dir), wall_s=wall_s)
-    data = json.loads(result_path.read_text())
+    try:
+        data = json.loads(result_path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+    except (ValueError, OSError) as exc:
+        return RunOutcome("error", error=f"unreadable result from the worker ({exc})", wall_s=wall_s)
     return RunOutcome(status=data.get("status", "error"), summary=data.get("summary") or {},
                       error=data.get("error"), traceback=data.get("traceback"),
                       axis=data.get("axis"), class_name=data.get("class_name"), wall_s=wall_s)
@@ -126,7 +148,9 @@ def _death_reason(returncode: int, run_dir: Path) -> str:
     """Why a child left no result: killed by a signal (often the OOM killer) or crashed."""
     tail = ""
     try:
-        text = (run_dir / "stdout.txt").read_text(errors="replace").strip().splitlines()
+        with open(run_dir / "stdout.txt", "rb") as f:      # only the end: output can be huge
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            text = f.read().decode(errors="replace").strip().splitlines()
         tail = f": {text[-1][:300]}" if text else ""
     except OSError:
         pass

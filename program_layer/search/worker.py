@@ -30,8 +30,15 @@ from pathlib import Path
 DEFAULT_RUNNER = "program_layer.run:run_config"
 
 
+MAX_FILE_BYTES = 512 << 20     # run outputs are a few MB; a printing candidate stops here
+
+
 def limit_memory(memory_mb: int | None) -> None:
-    """Cap this process's address space. A soft limit below the hard limit is all we may set."""
+    """Cap this process's address space (and, always, the size of any file it writes).
+    A soft limit below the hard limit is all we may set."""
+    _, fhard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    fsize = MAX_FILE_BYTES if fhard == resource.RLIM_INFINITY else min(MAX_FILE_BYTES, fhard)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fhard))
     if not memory_mb:
         return
     limit = int(memory_mb) * 1024 * 1024

@@ -48,8 +48,10 @@ def test_protecting_beats_evict_always(tmp_path, cell, seed_cache):
 
 
 @pytest.mark.parametrize("case, complete, extra, status, reason", [
-    ("import_error", 'return "evict"', "import no_such_module_xyz", "error", "ModuleNotFoundError"),
-    ("syntax_error", 'return (', "", "error", "SyntaxError"),
+    ("import_error", 'return "evict"', "import no_such_module_xyz", "error", "import of 'no_such_module_xyz' is not allowed"),
+    ("syntax_error", 'return (', "", "error", "syntax error at line"),
+    ("reflection", "return ('protect', now + len(().__class__.__mro__))", "", "error", "attribute '__"),
+    ("escape", 'return "evict"', "import os", "error", "import of 'os' is not allowed"),
     ("raises", "return 1 / 0", "", "error", "ZeroDivisionError"),
     ("invalid", 'return "keep-forever"', "", "error", "keep-forever"),
     ("causal", "return ('protect', now + pcb.output_tokens)", "", "error", ""),
@@ -63,6 +65,8 @@ def test_failures_score_zero_with_reason(tmp_path, cell, case, complete, extra, 
     assert result["combined_score"] == 0.0
     assert result["status"] == status, result
     assert reason in result["error"]
+    if case in ("import_error", "syntax_error", "reflection", "escape"):   # rejected before running
+        assert result["error"].startswith("rejected before running")
     if case == "causal":   # past the causal boundary: PolicyError or AttributeError
         assert "PolicyError" in result["error"] or "AttributeError" in result["error"]
 
