@@ -23,6 +23,8 @@ class InstanceLoad:
     kv_utilization: float
     kv_used_tokens: int
     kv_pool_tokens: int
+    inflight_tokens: int = 0            # tokens of the step now running (0 when idle)
+    running_context_tokens: int = 0     # KV tokens of the running calls (not retained entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +80,11 @@ class Cluster:
         kv = inst.kv
         pool = kv.pool
         used = pool.num_usable - pool.num_free
-        return InstanceLoad(len(inst.scheduler.running), len(inst.scheduler.waiting), pool.usage(),
-                            used * kv.block_size, pool.num_usable * kv.block_size)
+        running = inst.scheduler.running
+        return InstanceLoad(len(running), len(inst.scheduler.waiting), pool.usage(),
+                            used * kv.block_size, pool.num_usable * kv.block_size,
+                            inst.current.num_tokens if inst.current is not None else 0,
+                            sum(r.num_tokens for r in running))
 
     def finished(self, req: Request, now_ns: int) -> None:
         """Called by an instance when a request completes (before its retention decision)."""

@@ -164,5 +164,7 @@ def resolve_engine(engine: dict, device_memory_gib: float, gpu_name: str, model_
         e["max_num_batched_tokens"] = min(8192 if big else 2048, e["max_num_seqs"] * e["max_model_len"])
     e["max_num_seqs"] = min(e["max_num_seqs"], e["max_num_batched_tokens"])
     if e["scheduling_policy"] is None:
-        e["scheduling_policy"] = scheduling_engine_args.get("scheduling_policy", "fcfs")
+        # a scheduling policy exists to set priorities: one that does not name an engine
+        # policy gets vLLM's priority queue (the built-in fcfs asks for "fcfs")
+        e["scheduling_policy"] = scheduling_engine_args.get("scheduling_policy", "priority")
     return e

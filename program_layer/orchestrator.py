@@ -226,7 +226,7 @@ def _inflight_load(load: Any) -> InflightLoad:
     return InflightLoad(num_running=load.num_running, num_waiting=load.num_waiting,
                         kv_utilization=load.kv_utilization, kv_used_tokens=load.kv_used_tokens,
                         kv_pool_tokens=load.kv_pool_tokens,
-                        inflight_tokens=getattr(load, "inflight_tokens", load.num_running))
+                        inflight_tokens=load.inflight_tokens)
 
 
 def _signals(instance: int, load: Any, kv_utilization: Optional[float] = None) -> Signals:
@@ -234,9 +234,9 @@ def _signals(instance: int, load: Any, kv_utilization: Optional[float] = None) -
         instance=instance,
         kv_utilization=load.kv_utilization if kv_utilization is None else kv_utilization,
         num_running=load.num_running, num_waiting=load.num_waiting,
-        inflight_tokens=getattr(load, "inflight_tokens", load.num_running),
+        inflight_tokens=load.inflight_tokens,
         kv_used_tokens=load.kv_used_tokens, kv_pool_tokens=load.kv_pool_tokens,
-        running_context_tokens=getattr(load, "running_context_tokens", load.kv_used_tokens))
+        running_context_tokens=load.running_context_tokens)
 
 
 def _validated(programs: Sequence[Any]) -> dict[int, Any]:

@@ -142,6 +142,8 @@ class ProgramControlBlock:
             self.kv_resident_tokens = 0
 
     def apply_residency(self, instance: int, resident_tokens: int, protected: bool) -> None:
+        if not protected and self.kv_instance is not None and instance != self.kv_instance:
+            return      # a superseded entry on another instance went away; ours is untouched
         self.kv_instance = instance if resident_tokens > 0 or protected else None
         self.kv_resident_tokens = resident_tokens
         if not protected:

@@ -147,10 +147,11 @@ def _calls(rounds: list[dict]) -> list[dict]:
 
 
 def _tool_gap(tools: list[tuple[int | None, int, str]]) -> tuple[int, str]:
-    """(gap ns, name of the tool finishing last): union of tool intervals, or sum without
-    emission times (see module docstring)."""
+    """(gap ns, tool name): union of tool intervals, or sum without emission times (see module
+    docstring). The name is the first-emitted tool's: known when the call completes, unlike
+    which tool finishes last (that would leak future durations into per-tool policies)."""
     if any(start is None for start, _, _ in tools):
-        return sum(lat for _, lat, _ in tools), tools[-1][2]
+        return sum(lat for _, lat, _ in tools), tools[0][2]
     intervals = sorted((start, start + lat, name) for start, lat, name in tools)
     total, cur_start, cur_end = 0, intervals[0][0], intervals[0][1]
     for start, end, _ in intervals[1:]:
@@ -160,5 +161,5 @@ def _tool_gap(tools: list[tuple[int | None, int, str]]) -> tuple[int, str]:
         else:
             cur_end = max(cur_end, end)
     total += cur_end - cur_start
-    last_name = max(intervals, key=lambda iv: (iv[1], iv[0]))[2]
-    return total, last_name
+    first_name = min(tools, key=lambda t: t[0])[2]      # earliest emission, list order on ties
+    return total, first_name

@@ -40,8 +40,9 @@ def test_tracelab_example_mapping():
     c0 = claude["sub_requests"][0]
     assert (c0["input_toks"], c0["output_toks"]) == (32272, 931)
     assert "reuse_prefix_toks" not in c0  # round 0 has no predecessor
-    # Bash [30.836, 31.696] and WebSearch [31.647, 50.938] overlap: union = 20.102 s
-    assert c0["tool_duration_ns"] == 20_102_000_000 and c0["tool_name"] == "WebSearch"
+    # Bash [30.836, 31.696] and WebSearch [31.647, 50.938] overlap: union = 20.102 s, named
+    # after the first-emitted tool (known at completion; which finishes last is not)
+    assert c0["tool_duration_ns"] == 20_102_000_000 and c0["tool_name"] == "Bash"
     # round 1: prefix 29,380 < default min(32,272 + 931, 35,740) -> written
     assert claude["sub_requests"][1]["reuse_prefix_toks"] == 29380
     # round 4 has no tools: the user's turn until round 5's user_message (19.913 s)
