@@ -16,6 +16,7 @@ import signal
 import socket
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -82,18 +83,40 @@ class LocalExecutor(Executor):
                                          initializer=_ignore_sigint)
         futures = {self._pool.submit(fn, task): position for position, task in enumerate(tasks)}
         pending = set(futures)
+        broken: list[int] = []
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in sorted(finished, key=futures.__getitem__):
                     try:
                         result = future.result()
-                    except Exception as exc:  # BrokenProcessPool, unpicklable result, ...
+                    except BrokenProcessPool:
+                        # a worker died (os._exit, segfault, OOM kill): the pool fails every
+                        # cell it held, so those are retried one by one below
+                        broken.append(futures[future])
+                        continue
+                    except Exception as exc:  # unpicklable result, ...
                         result = ExecutorFailure(f"worker failed: {type(exc).__name__}: {exc}")
                     yield futures[future], result
         finally:
             if pending:  # interrupted (Ctrl-C) or abandoned: stop running cells now
                 self._terminate()
+        if broken:
+            self._pool = None
+        for position in sorted(broken):
+            yield position, self._run_isolated(fn, tasks[position])
+
+    @staticmethod
+    def _run_isolated(fn, task):
+        """Run one cell in a pool of its own: only a cell that itself kills its worker fails."""
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_ignore_sigint) as solo:
+            try:
+                return solo.submit(fn, task).result()
+            except BrokenProcessPool as exc:
+                return ExecutorFailure(f"worker crashed (the process died while running this cell): {exc}")
+            except Exception as exc:
+                return ExecutorFailure(f"worker failed: {type(exc).__name__}: {exc}")
 
     def _terminate(self) -> None:
         """Cancel queued cells and kill the workers; their unfinished cells have no ``done``
