@@ -134,7 +134,7 @@ def test_worker_crash_is_recorded_and_rerun_recovers(tmp_path, monkeypatch):
     with LocalExecutor(1) as pool:
         report = run_sweep(spec, out, executor=pool, runner=RUNNER, plots=False)
     ids = [c.cell_id for c in spec.cells()]
-    assert report.failed == [ids[1]]
+    assert list(report.failed) == [ids[1]]
     assert "worker crashed" in (out / "cells" / ids[1] / "error.txt").read_text()
     monkeypatch.setenv("SWEEP_FAKE_NO_CRASH", "1")
     with LocalExecutor(1) as pool:
