@@ -2,7 +2,7 @@
 
     python benchmarks/bench_cells.py [--cells validation,rtx70b-swebench50,search] [--no-step-mode]
 
-Prints, per cell: wall seconds, simulated seconds, simulated seconds per wall second,
+Prints, per cell (best of 3 runs): wall seconds, simulated seconds, simulated seconds per wall second,
 engine steps and steps per wall second; and each cell's ratio to its target (issue 2:
 validation cell <= 1 s; issue 5: 50-program RTX 70B TP2 cell <= 10 s, search cell <= 5 s)
 and to the published artifact's cost (paper: 2,500-4,800 s per 50-program cell, median 19
@@ -24,20 +24,30 @@ CELLS = {
     "validation": (EX / "validation" / "RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10.yaml", 1.0, 156.0),
     "rtx70b-swebench50": (EX / "cells" / "rtx-70b-tp2-swebench-0.02jps.yaml", 10.0, 2500.0),
     "search": (EX / "search" / "target_cell.yaml", 5.0, 19 * 60.0),
+    # decode-heavy cells where fast-forward has room (no target; shows its effect)
+    "b200-8b-swebench": (EX / "cells" / "b200-8b-tp1-swebench-0.02jps.yaml", 10.0, 2500.0),
+    "rtx70b-bfcl": (EX / "cells" / "rtx-70b-tp2-bfcl-0.02jps.yaml", 10.0, 2500.0),
 }
 
 
+REPEATS = 3     # best of: the machine's timing noise is larger than the effects compared
+
+
 def bench(name: str, path: Path, target_s: float, baseline_s: float, step_mode: bool = False) -> float:
-    cfg = load_config(path)
-    t0 = time.perf_counter()
-    sim = build_simulation(cfg, step_mode=step_mode)
-    t1 = time.perf_counter()
-    sim.run()
-    t2 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as d:
-        s = write_outputs(sim, Path(d))
-    t3 = time.perf_counter()
-    wall = t3 - t0
+    best = None
+    for _ in range(REPEATS):
+        cfg = load_config(path)
+        t0 = time.perf_counter()
+        sim = build_simulation(cfg, step_mode=step_mode)
+        t1 = time.perf_counter()
+        sim.run()
+        t2 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as d:
+            s = write_outputs(sim, Path(d))
+        t3 = time.perf_counter()
+        if best is None or t3 - t0 < best[0]:
+            best = (t3 - t0, t0, t1, t2, t3, sim, s)
+    wall, t0, t1, t2, t3, sim, s = best
     if step_mode:
         print(f"{'':<20} step mode: wall {wall:6.2f} s, {s['steps'] / (t2 - t1):.0f} steps/s")
         return wall
