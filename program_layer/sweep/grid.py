@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from llmservingsim.errors import ConfigError
@@ -51,9 +52,38 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
-def cell_id(config: Mapping[str, Any]) -> str:
-    """Stable short hash of a full config (first 12 hex digits of sha256 of canonical JSON)."""
-    return hashlib.sha256(canonical_json(config).encode("ascii")).hexdigest()[:CELL_ID_CHARS]
+def cell_id(config: Mapping[str, Any], base_dir: Path | None = None) -> str:
+    """Stable short hash of a full config (first 12 hex digits of sha256 of canonical JSON).
+
+    With ``base_dir``, the contents of the files the config points at (the workload file and
+    policy files, relative paths resolved against ``base_dir``) are hashed too, so editing such
+    a file makes the cell new; a config that references no files keeps its plain id."""
+    payload = dict(config)
+    inputs = referenced_file_digests(config, base_dir) if base_dir is not None else {}
+    if inputs:
+        payload["_inputs"] = inputs
+    return hashlib.sha256(canonical_json(payload).encode("ascii")).hexdigest()[:CELL_ID_CHARS]
+
+
+def referenced_file_digests(config: Mapping[str, Any], base_dir: Path) -> dict[str, str]:
+    """sha256 of each existing file the config names: workload.path and ``file.py:Class``
+    policies (built-in names and module paths reference no file)."""
+    refs = []
+    workload = config.get("workload")
+    if isinstance(workload, Mapping) and isinstance(workload.get("path"), str):
+        refs.append(workload["path"])
+    policies = config.get("policies")
+    if isinstance(policies, Mapping):
+        for spec in policies.values():
+            name = spec.get("name") if isinstance(spec, Mapping) else spec
+            if isinstance(name, str) and ".py" in name:
+                refs.append(name.split(":", 1)[0])
+    digests = {}
+    for ref in refs:
+        path = Path(ref) if Path(ref).is_absolute() else Path(base_dir) / ref
+        if path.is_file():
+            digests[ref] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return digests
 
 
 def value_label(value: Any) -> str:
@@ -92,7 +122,8 @@ def set_path(config: dict, key: str, value: Any, *, source: str | None = None) -
     node[parts[-1]] = copy.deepcopy(value)
 
 
-def expand(base: Mapping[str, Any], axes: Sequence[Axis], *, source: str | None = None) -> list[Cell]:
+def expand(base: Mapping[str, Any], axes: Sequence[Axis], *, source: str | None = None,
+           base_dir: Path | None = None) -> list[Cell]:
     """Cross the axes into cells in grid order (first axis slowest)."""
     cells = []
     for index, combo in enumerate(itertools.product(*(axis.values for axis in axes))):
@@ -101,7 +132,7 @@ def expand(base: Mapping[str, Any], axes: Sequence[Axis], *, source: str | None 
         for axis, value in zip(axes, combo):
             set_path(config, axis.key, value, source=source)
             values[axis.key] = value
-        cells.append(Cell(index=index, values=values, config=config, cell_id=cell_id(config)))
+        cells.append(Cell(index=index, values=values, config=config, cell_id=cell_id(config, base_dir)))
     return cells
 
 

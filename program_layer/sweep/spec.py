@@ -53,7 +53,7 @@ class SweepSpec:
 
     def cells(self) -> list[Cell]:
         """The grid, in order (see grid.expand)."""
-        return expand(self.base, self.axes, source=self.source)
+        return expand(self.base, self.axes, source=self.source, base_dir=self.base_dir)
 
     @property
     def axis_keys(self) -> list[str]:
