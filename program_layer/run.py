@@ -78,7 +78,7 @@ def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Opt
                      profiles: Optional[str] = None, trace_steps: bool = False,
                      step_mode: bool = False) -> Simulation:
     """``step_mode`` turns exact fast-forward off (the plain step-by-step loop)."""
-    cfg = config if "_validated" in config else validate_config({k: v for k, v in config.items() if not k.startswith("_")})
+    cfg = validate_config({k: v for k, v in config.items() if not k.startswith("_")})
     base = Path(base_dir or config.get("_base_dir") or ".")
     if seed is not None:
         cfg["seed"] = seed
@@ -117,8 +117,8 @@ def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Opt
         kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=i)
         cluster.add_instance(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
-                                          engine["async_scheduling"], cluster.finished, metrics.on_step,
-                                          metrics.on_decode_step, fast_forward=not step_mode))
+                                      engine["async_scheduling"], cluster.finished, metrics.on_step,
+                                      metrics.on_decode_step, fast_forward=not step_mode))
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
