@@ -120,7 +120,10 @@ class Instance:
             decision = self.hooks.retention.on_complete(self.call_info(req), now, self.kv.usage())
             if decision.kind == "protect" and decision.deadline_ns > now:
                 self.release_owner_entries(req.owner, self.index, False)
-        self.kv.finish(req, decision, now)
+        seq = self.kv.finish(req, decision, now)
+        if seq is not None:         # protection lapses at the deadline (an event: policies see it)
+            kv, owner = self.kv, req.owner
+            self.loop.schedule(decision.deadline_ns, lambda: kv.expire_entry(owner, seq))
 
     # ---- checks -------------------------------------------------------------------------
     def check_fits(self, req: Request) -> None:

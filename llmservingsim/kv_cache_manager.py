@@ -9,10 +9,12 @@ block at schedule time, before the forward pass.
 
 The Retention Plane part (paper §3.4) adds **KV entries**: at completion a call's blocks may
 be kept referenced by an entry owned by its program, with a protection deadline d and a
-value v. Entries are not free (they count as used), but they are reclaimable: when an
-allocation finds too few free blocks, entries are released in ascending eviction-key
-order (eq. 5: expired first, then lower value; the victim-protection hook may supply the
-key) until enough blocks are free. Protection is a preference, not a lock. The requester's
+value v. Until d, entries are not free (they count as used) and ordinary LRU allocation
+never touches them, but they are reclaimable: when an allocation finds too few free blocks,
+entries are released in ascending eviction-key order (eq. 5: lower value first; the
+victim-protection hook may supply the key) until enough blocks are free. Protection is a
+preference, not a lock. At d the entry expires: its blocks join the LRU free queue with their
+content, i.e. expired KV is reclaimed before any protected entry (eq. 5's first component). The requester's
 own program's entry is reclaimed last (its cache hits live there).
 
 Invariants: every block referenced by a request or an entry has ``ref_cnt`` >= the number
@@ -197,8 +199,9 @@ class KVCacheManager:
             self.pool.free_blocks(reversed(blocks), drop_content)
 
     # ---- retention (paper §3.4) ----------------------------------------------------------
-    def finish(self, req: Request, decision: Optional[RetentionDecision], now_ns: int) -> None:
-        """Apply a completed request's retention decision to its blocks."""
+    def finish(self, req: Request, decision: Optional[RetentionDecision], now_ns: int) -> Optional[int]:
+        """Apply a completed request's retention decision to its blocks. Returns the new
+        entry's sequence number when it protected them (the caller schedules its expiry)."""
         if decision is None or decision.kind in ("release", "none") or (
                 decision.kind == "protect" and decision.deadline_ns <= now_ns):
             self.free(req)
@@ -219,6 +222,15 @@ class KVCacheManager:
         if old is not None:          # the new context supersedes the old (shared blocks stay held)
             self.pool.free_blocks(reversed(old.blocks))
         self._report(req.owner, req.num_tokens, True, now_ns)
+        return self._entry_seq
+
+    def expire_entry(self, owner: int, seq: int) -> None:
+        """At its deadline a protected entry becomes ordinary cache: its blocks go to the LRU
+        free queue with their content (hittable until reused). Does nothing if the entry was
+        already released, reclaimed or superseded (another ``seq``)."""
+        entry = self.entries.get(owner)
+        if entry is not None and entry.seq == seq:
+            self.release_entry(owner)
 
     def release_entry(self, owner: int, drop_content: bool = False) -> bool:
         entry = self.entries.pop(owner, None)

@@ -109,8 +109,29 @@ def test_own_entry_does_not_deadlock_the_next_call():
     cluster = make_cluster(False, hooks=Hooks(retention=ProtectAll()), num_blocks=8)   # 7 usable
     ids = list(range(200))
     cluster.submit(0, call(5, 30, 10, ids=ids), request_id=0)  # entry: 3 blocks (2 hashed)
-    cluster.run()
+    cluster.loop.run(until_ns=10**12 - 1)                      # the entry's deadline has not come
     assert len(cluster.instances[0].kv.entries[5].blocks) == 3
     cluster.submit(0, call(5, 111, 1, ids=ids), request_id=1)  # 112 tokens = the whole pool
     cluster.run()
     assert [f.info.request_id for f in cluster.finished_calls] == [0, 1]
+
+
+def test_protected_entry_expires_at_its_deadline_into_the_lru_queue():
+    """After d the KV is ordinary cache: free (not used), content still hittable."""
+    class ProtectOneSecond(ProtectAll):
+        def on_complete(self, info, now_ns, kv_utilization):
+            return RetentionDecision("protect", now_ns + 10**9, None)
+    cluster = make_cluster(False, hooks=Hooks(retention=ProtectOneSecond()), num_blocks=20)
+    ids = list(range(200))
+    cluster.submit(0, call(5, 40, 10, ids=ids), request_id=0)
+    while not cluster.finished_calls:                         # run until the call finishes
+        cluster.loop.step()
+    kv = cluster.instances[0].kv
+    done_at = cluster.finished_calls[0].info.completion_ns
+    assert 5 in kv.entries and kv.num_free_blocks == 19 - 4
+    cluster.run()                                             # the expiry event at done + 1 s
+    assert cluster.loop.now == done_at + 10**9
+    assert 5 not in kv.entries and kv.num_free_blocks == 19
+    from llmservingsim.request import Request
+    probe = Request(9, call(6, 49, 1, ids=ids), cluster.loop.now)
+    assert kv.get_computed_blocks(probe)[1] == 48             # content kept (3 full blocks)
