@@ -125,8 +125,12 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
     if eng["long_prefill_token_threshold"] < 0:
         raise ConfigError("must be >= 0 (0 = off)", file=source, line=lines.get("engine.long_prefill_token_threshold"),
                           key="engine.long_prefill_token_threshold")
+    if eng["block_size"] not in (1, 8, 16, 32, 64, 128):
+        raise ConfigError("must be one of 1, 8, 16, 32, 64, 128 (vLLM's block sizes)", file=source,
+                          line=lines.get("engine.block_size"), key="engine.block_size")
     if not 0 < eng["gpu_memory_utilization"] <= 1:
-        raise ConfigError("must be in (0, 1]", file=source, key="engine.gpu_memory_utilization")
+        raise ConfigError("must be in (0, 1]", file=source, line=lines.get("engine.gpu_memory_utilization"),
+                          key="engine.gpu_memory_utilization")
     if eng["scheduling_policy"] not in (None, "fcfs", "priority"):
         raise ConfigError("must be fcfs or priority", file=source, key="engine.scheduling_policy")
     return cfg
@@ -148,6 +152,7 @@ def load_config(path) -> dict:
     cfg = validate_config(raw, source=str(path), text=text)
     cfg["_base_dir"] = str(path.resolve().parent)
     cfg["_source"] = str(path)
+    cfg["_lines"] = _Lines(text).lines      # for errors found later (build_simulation)
     return cfg
 
 

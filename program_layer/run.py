@@ -77,16 +77,35 @@ def _comm_model(model, device, tp: int, pp: int, bundle):
 def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
                      profiles: Optional[str] = None, trace_steps: bool = False,
                      step_mode: bool = False) -> Simulation:
-    """``step_mode`` turns exact fast-forward off (the plain step-by-step loop)."""
+    """``step_mode`` turns exact fast-forward off (the plain step-by-step loop). A config
+    error found while building names the config file and line of its key."""
+    try:
+        return _build(config, base_dir=base_dir, seed=seed, profiles=profiles, trace_steps=trace_steps,
+                      step_mode=step_mode)
+    except ConfigError as exc:
+        source = config.get("_source")
+        if exc.file is None and exc.key and source:
+            line = (config.get("_lines") or {}).get(exc.key) or \
+                (config.get("_lines") or {}).get(exc.key.split(".")[0])
+            raise ConfigError(exc.message, file=source, line=line, key=exc.key) from None
+        raise
+
+
+def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode) -> Simulation:
     cfg = validate_config({k: v for k, v in config.items() if not k.startswith("_")})
     base = Path(base_dir or config.get("_base_dir") or ".")
-    if seed is not None:
+    if seed is not None:           # --seed: the run's seed and the generator's
         cfg["seed"] = seed
+        if "generator" in cfg["workload"]:
+            cfg["workload"]["seed"] = seed
     policies = {axis: load_policy(axis, cfg["policies"][axis], base_dir=base)
                 for axis in ("retention", "scheduling", "routing")}
     model = load_model(cfg["model"])
     device = load_device(cfg["hardware"] if not Path(cfg["hardware"]).suffix else str(base / cfg["hardware"]))
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
+    if tp * pp > device.gpus_per_node:
+        raise ConfigError(f"tp x pp = {tp * pp} GPUs, but a {device.name} node has {device.gpus_per_node}: "
+                          f"one instance must fit in one node", key="parallelism.tp")
     dispatch = DispatchPlane(policies["routing"], policies["scheduling"], cfg["instances"])
     engine = resolve_engine(cfg["engine"], device.memory_gib, device.gpu, model.max_model_len, dispatch.engine_args)
     prof_root = profiles or cfg.get("profiles")
@@ -152,6 +171,7 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     gen = sum(r["output_tokens"] for r in calls)
     prompt = sum(r["input_tokens"] - r["cached_tokens"] for r in calls)
     return {
+        "seed": sim.cfg["seed"],
         "programs": len(progs), "calls": len(calls),
         "makespan_s": round(makespan, 9), "arrival_span_s": round((last - first) / 1e9, 9),
         "jct_s": outputs.percentiles(jct),
@@ -187,6 +207,7 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)
     if trace_steps is not None and sim.metrics.trace_rows is not None:
         import csv
+        Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
         with open(trace_steps, "w", newline="") as f:
             w = csv.writer(f, lineterminator="\n")
             w.writerow(["instance", "step", "start_s", "duration_s", "prefills", "prefill_tokens", "decodes",

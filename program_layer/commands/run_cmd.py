@@ -47,9 +47,17 @@ def main(args) -> int:
     from program_layer.config import load_config
     from program_layer.run import run_config
 
+    from llmservingsim.errors import ConfigError
+
     path = Path(args.config) if args.config else examples_dir() / DEFAULT_CONFIG
     cfg = load_config(path)
     out = Path(args.out) if args.out else Path("runs") / path.stem
+    if out.exists() and not out.is_dir():            # fail before simulating, not after
+        raise ConfigError(f"output folder {out} exists and is not a folder", key="--out")
+    if args.trace_steps and Path(args.trace_steps).is_dir():
+        raise ConfigError(f"{args.trace_steps} is a folder; give a CSV file path", key="--trace-steps")
+    if args.profiles:                                # a command-line path is relative to here
+        args.profiles = str(Path(args.profiles).resolve())
     t0 = time.perf_counter()
     summary = run_config(cfg, out, seed=args.seed, step_mode=args.step_mode, profiles=args.profiles,
                          trace_steps=Path(args.trace_steps) if args.trace_steps else None,

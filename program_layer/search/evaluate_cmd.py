@@ -79,4 +79,4 @@ def main(args: argparse.Namespace) -> int:
     result.pop("traceback", None)
     json.dump(result, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
-    return 0
+    return 0 if result.get("status") == "ok" else 1     # the JSON says why

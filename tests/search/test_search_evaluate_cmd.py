@@ -13,12 +13,15 @@ from search_cells import cell, seed_cache  # noqa: F401 (fixtures)
 
 
 def run(argv, capsys) -> dict:
+    """One JSON object on stdout; exit status 0 when the policy was scored, 1 when it failed."""
     parser = argparse.ArgumentParser()
     evaluate_cmd.add_arguments(parser)
-    assert evaluate_cmd.main(parser.parse_args(argv)) == 0
+    rc = evaluate_cmd.main(parser.parse_args(argv))
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1
-    return json.loads(out[0])
+    result = json.loads(out[0])
+    assert rc == (0 if result["status"] == "ok" else 1)
+    return result
 
 
 def write(tmp_path, cell, name, body, base="RetentionPolicy"):
