@@ -89,3 +89,34 @@ def test_default_run_prints_a_summary(tmp_path):
     assert "JCT" in res.stdout and "TTFT" in res.stdout and "programs 10" in res.stdout
     for name in ("summary.json", "calls.csv", "programs.csv", "timeseries.csv"):
         assert (tmp_path / "o" / name).exists()
+
+
+def test_out_that_is_a_file_stops_before_simulating(tmp_path):
+    target = tmp_path / "afile"
+    target.write_text("x")
+    check_error(run_cli("run", "--out", str(target)), "--out", "not a folder")
+
+
+def test_tp_larger_than_a_node(tmp_path):
+    cfg = write(tmp_path / "c.yaml", "hardware: B200\nparallelism: {tp: 16}\nworkload: {generator: bfcl, programs: 1}\n")
+    check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), f"{cfg}:2", "parallelism.tp", "has 8")
+
+
+def test_model_typo_names_file_and_line(tmp_path):
+    cfg = write(tmp_path / "c.yaml", "workload: {generator: bfcl, programs: 1}\nmodel: meta-llama/Llama3.1-8B\n")
+    check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), f"{cfg}:2", "unknown model", "registry")
+
+
+def test_validate_refuses_a_config_of_another_workload(tmp_path):
+    real = Path(__file__).resolve().parents[2] / "examples" / "validation" / "RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10"
+    cfg = write(tmp_path / "c.yaml", "workload: {generator: bfcl, programs: 3, rate_jps: 1.0}\n")
+    check_error(run_cli("validate", str(real), "--config", cfg, "--out", str(tmp_path / "o")),
+                "does not simulate this run's workload", "300 real requests vs")
+
+
+def test_seed_option_reseeds_the_generator(tmp_path):
+    cfg = write(tmp_path / "c.yaml", "workload: {generator: bfcl, programs: 3, rate_jps: 1.0, seed: 0}\n")
+    for seed in ("1", "2"):
+        assert run_cli("run", cfg, "--out", str(tmp_path / seed), "--seed", seed, "--quiet").returncode == 0
+    assert (tmp_path / "1" / "calls.csv").read_bytes() != (tmp_path / "2" / "calls.csv").read_bytes()
+    assert json.loads((tmp_path / "2" / "summary.json").read_text())["seed"] == 2
