@@ -50,6 +50,10 @@ class Simulation:
     timer: StepTimer
     workload_source: str
 
+    def end_ns(self) -> int:
+        """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
+        return max((f.info.completion_ns for f in self.cluster.finished_calls), default=0)
+
     def run(self, quiet: bool = True) -> None:
         """Simulate to the end; a progress bar of completed calls on a terminal unless quiet."""
         from .sweep.progress import progress
@@ -159,7 +163,7 @@ def _check_calls_fit(programs, pool_tokens: int, max_model_len: int) -> None:
 
 def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     jct = [r["jct_s"] for r in progs if r["jct_s"] != ""]
-    end_ns = sim.cluster.now_ns
+    end_ns = sim.end_ns()
     first = min((p.arrival_ns for p in sim.programs), default=0)
     last = max((p.arrival_ns for p in sim.programs), default=0)
     makespan = (end_ns - first) / 1e9
@@ -200,7 +204,7 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS, calls)
     outputs.write_csv(out_dir / "programs.csv", outputs.PROGRAM_COLUMNS, progs)
     power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
-    ts = sim.metrics.rows(sim.cluster.now_ns, sim.memory.kv_bytes_per_token * sim.memory.block_size,
+    ts = sim.metrics.rows(sim.end_ns(), sim.memory.kv_bytes_per_token * sim.memory.block_size,
                           sim.memory.weight_bytes * sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"], power)
     cols = ["time_s", "instance", "running", "waiting", "kv_utilization", "memory_used_gib",
             "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
