@@ -12,6 +12,8 @@ prints them as indented JSON. Heavy imports (numpy) happen inside :func:`main`.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,8 +64,16 @@ def main(args: argparse.Namespace) -> int:
         return 0
     else:
         raise ConfigError("choose an action: generate, import or stats", key="workload")
+    if Path(args.out).is_dir():
+        raise ConfigError(f"{args.out} is a folder; give a .jsonl file path", key="--out")
     n = write_jsonl(args.out, records)
-    print(json.dumps({"written": args.out, "records": n, **workload_stats(records)}))
+    stats = workload_stats(records)
+    print(json.dumps({"written": args.out, "records": n, **stats}))
+    span = stats.get("arrival_span_s") or 0
+    if action == "import" and span > 86400:
+        print(f"note: the arrivals span {span / 86400:.1f} days (a simulation that long writes a row per "
+              f"second); --time-scale compresses arrival times, e.g. --time-scale {3600 / span:.2g} "
+              f"for an hour", file=sys.stderr)
     return 0
 
 
