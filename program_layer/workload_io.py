@@ -156,4 +156,31 @@ def load_workload(wl: dict, base_dir: Path, block_size: int, seed: int) -> tuple
                                time_scale=wl.get("time_scale", 1.0))
         return build_programs(enumerate(records, start=1), str(path), block_size), str(path)
     from program_layer.workloads.io import read_jsonl
-    return build_programs(read_jsonl(path, with_lines=True), str(path), block_size), str(path)
+    try:
+        records = read_jsonl(path, with_lines=True)
+    except WorkloadError as exc:
+        hint = _trace_hint(path)
+        if hint is None:
+            raise
+        raise WorkloadError(f"{exc.message}; {hint}", file=exc.file, line=exc.line) from None
+    return build_programs(records, str(path), block_size), str(path)
+
+
+def _trace_hint(path: Path) -> Optional[str]:
+    """If ``path`` looks like a raw public trace, how to use it instead."""
+    try:
+        with open(path) as f:
+            first = f.readline()
+    except OSError:
+        return None
+    fmt = None
+    if first.startswith("TIMESTAMP,") or "ContextTokens" in first:
+        fmt = "azure"
+    elif '"hash_ids"' in first and '"timestamp"' in first:
+        fmt = "mooncake"
+    elif '"round_index"' in first or '"prefix_tokens"' in first:
+        fmt = "tracelab"
+    if fmt is None:
+        return None
+    return (f"this looks like a raw {fmt} trace: set workload.trace: {fmt} (with workload.path), or "
+            f"convert it with `agentservesim workload import --format {fmt} {path} --out FILE.jsonl`")

@@ -120,3 +120,13 @@ def test_seed_option_reseeds_the_generator(tmp_path):
         assert run_cli("run", cfg, "--out", str(tmp_path / seed), "--seed", seed, "--quiet").returncode == 0
     assert (tmp_path / "1" / "calls.csv").read_bytes() != (tmp_path / "2" / "calls.csv").read_bytes()
     assert json.loads((tmp_path / "2" / "summary.json").read_text())["seed"] == 2
+
+
+@pytest.mark.parametrize("trace, fmt", [("mooncake_conversation_trace.jsonl", "mooncake"),
+                                        ("azure_code_2023.csv", "azure"),
+                                        ("tracelab_example_round_trace.jsonl", "tracelab")])
+def test_raw_trace_as_workload_path_says_how_to_use_it(tmp_path, trace, fmt):
+    path = Path(__file__).resolve().parents[2] / "examples" / "traces" / trace
+    cfg = write(tmp_path / "c.yaml", f"workload: {{path: {path}}}\n")
+    check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), f"workload.trace: {fmt}",
+                f"workload import --format {fmt}")
