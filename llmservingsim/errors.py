@@ -48,3 +48,15 @@ class StuckError(SimError):
 
 class PolicyError(SimError):
     """A user policy raised or returned an invalid decision."""
+
+
+def parse_yaml(text: str, *, file: Optional[str], error: type = ConfigError, problem: str = "invalid YAML"):
+    """``yaml.safe_load(text)``; a syntax error becomes one ``error`` naming the file and the
+    line where the parser stopped (the one place YAML errors are turned into user errors)."""
+    import yaml
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise error(f"{problem}: {getattr(exc, 'problem', exc)}", file=file,
+                    line=(mark.line + 1) if mark else None) from None

@@ -29,9 +29,8 @@ from math import floor
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from llmservingsim.errors import ConfigError, ProfileError
+from llmservingsim.errors import ConfigError, ProfileError, parse_yaml
 from llmservingsim.paths import hardware_dir
 
 # ASTRA-Sim converts a network bandwidth in "GB/s" as bw * 2^30 / 1e9 bytes per ns.
@@ -212,12 +211,7 @@ def _resolve(name_or_path: str) -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ProfileError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
-                           line=mark.line + 1 if mark else None) from None
+    return parse_yaml(path.read_text(), file=str(path), error=ProfileError, problem="not valid YAML")
 
 
 def _check(value: Any, kind: str, file: Path, key: str) -> Any:

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import yaml
 
-from .errors import ProfileError
+from .errors import ProfileError, parse_yaml
 from .interp import GridND, RaggedGrid2D, Table1D
 from .paths import profiles_dir
 
@@ -213,13 +212,7 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
                            f"available: {avail or 'none'})", file=str(tp_dir))
     meta = {}
     if meta_path.exists():
-        try:
-            with open(meta_path) as f:
-                meta = yaml.safe_load(f) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            raise ProfileError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=str(meta_path),
-                               line=(mark.line + 1) if mark else None) from None
+        meta = parse_yaml(meta_path.read_text(), file=str(meta_path), error=ProfileError) or {}
         if not isinstance(meta, dict):
             raise ProfileError("meta.yaml must be a mapping", file=str(meta_path))
     dense = _by_layer(_read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us")), "tokens")

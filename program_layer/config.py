@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import yaml
 
-from llmservingsim.errors import ConfigError
+from llmservingsim.errors import ConfigError, parse_yaml
 
 _NUM = (int, float)
 # key -> (accepted types, default); None default = resolved later / optional
@@ -143,12 +143,7 @@ def load_config(path) -> dict:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", file=str(path)) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
-                          line=(mark.line + 1) if mark else None) from None
+    raw = parse_yaml(text, file=str(path))
     cfg = validate_config(raw, source=str(path), text=text)
     cfg["_base_dir"] = str(path.resolve().parent)
     cfg["_source"] = str(path)

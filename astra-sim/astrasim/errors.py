@@ -5,6 +5,6 @@ message naming the file and key (or rank and node id), never a deep traceback.
 """
 from __future__ import annotations
 
-from llmservingsim.errors import ConfigError, SimError, StuckError, WorkloadError
+from llmservingsim.errors import ConfigError, SimError, StuckError, WorkloadError, parse_yaml
 
-__all__ = ["ConfigError", "SimError", "StuckError", "WorkloadError"]
+__all__ = ["ConfigError", "SimError", "StuckError", "WorkloadError", "parse_yaml"]

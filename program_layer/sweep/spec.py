@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from llmservingsim.errors import ConfigError
+from llmservingsim.errors import ConfigError, parse_yaml
 from program_layer.sweep.grid import Axis, Cell, canonical_json, expand
 
 SPEC_KEYS = ("name", "base", "axes", "baseline", "table", "plots")
@@ -106,12 +106,7 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 def parse_spec_text(text: str, *, source: str, spec_dir: Path) -> SweepSpec:
     where = _Where(text, source)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=source,
-                          line=mark.line + 1 if mark else None) from None
+    data = parse_yaml(text, file=source, problem="not valid YAML")
     return parse_spec(data, where=where, spec_dir=spec_dir)
 
 

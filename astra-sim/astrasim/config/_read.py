@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, parse_yaml
 
 
 def load_json(path) -> dict:
@@ -28,19 +28,12 @@ def load_json(path) -> dict:
 
 
 def load_yaml(path) -> dict:
-    import yaml  # PyYAML: only needed for the network file
-
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as e:
         raise ConfigError(f"cannot read file: {e.strerror}", file=str(p)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"invalid YAML: {getattr(e, 'problem', e)}", file=str(p),
-                          line=(mark.line + 1) if mark else None) from None
+    data = parse_yaml(text, file=str(p))
     if not isinstance(data, dict):
         raise ConfigError("top level must be a mapping", file=str(p))
     return data
