@@ -114,6 +114,16 @@ def as_percent(fraction: np.ndarray) -> np.ndarray:
     return fraction if finite.size and finite.max() > 1.0 + 1e-9 else fraction * 100.0
 
 
+def label_axes(ax, xlabel: str, ylabel: str, title: str, ylim: tuple | None = None) -> None:
+    """Every plot's finish: axis labels with units, title, optional y range, light grid."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+
+
 def empty_note(ax, text: str) -> None:
     """Mark an axes that has no data, so an empty plot is never mistaken for a flat line."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")

@@ -17,8 +17,8 @@ import numpy as np
 
 from llmservingsim.errors import ConfigError
 from program_layer.sweep.grid import short_key, value_label
-from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, legend_below, new_figure, read_columns,
-                                         save, smooth, smooth_note, sum_by_time)
+from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, label_axes, legend_below, new_figure,
+                                         read_columns, save, smooth, smooth_note, sum_by_time)
 
 RUN_PLOTS = ("jct_cdf.png", "throughput.png", "kv_utilization.png", "queues.png")
 
@@ -75,11 +75,8 @@ def _jct_cdf(values: np.ndarray, what: str, title: str, path: Path) -> Path:
         ax.legend(loc="lower right")
     else:
         empty_note(ax, "no completed programs")
-    ax.set_xlabel(f"{what} (s)")
-    ax.set_ylabel(f"fraction of {'programs' if what == 'program JCT' else 'requests'} (CDF)")
-    ax.set_ylim(0, 1.02)
-    ax.set_title(f"{what[0].upper()}{what[1:]} CDF - {title}")
-    ax.grid(alpha=0.3)
+    label_axes(ax, f"{what} (s)", f"fraction of {'programs' if what == 'program JCT' else 'requests'} (CDF)",
+               f"{what[0].upper()}{what[1:]} CDF - {title}", ylim=(0, 1.02))
     return save(fig, path)
 
 
@@ -97,10 +94,7 @@ def _throughput(ts: dict, title: str, path: Path) -> Path:
         title += smooth_note(window)
     else:
         empty_note(ax, "empty timeseries")
-    ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("throughput (tokens/s)")
-    ax.set_title(f"Throughput, all instances - {title}")
-    ax.grid(alpha=0.3)
+    label_axes(ax, "simulated time (s)", "throughput (tokens/s)", f"Throughput, all instances - {title}")
     return save(fig, path)
 
 
@@ -118,11 +112,8 @@ def _kv(ts: dict, title: str, path: Path) -> Path:
         legend_below(ax, ncol=min(4, len(ax.lines)))
     else:
         empty_note(ax, "empty timeseries")
-    ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("KV-cache utilisation (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title(f"KV-cache utilisation - {title}{note}")
-    ax.grid(alpha=0.3)
+    label_axes(ax, "simulated time (s)", "KV-cache utilisation (%)", f"KV-cache utilisation - {title}{note}",
+               ylim=(0, 105))
     return save(fig, path)
 
 
@@ -137,8 +128,5 @@ def _queues(ts: dict, title: str, path: Path) -> Path:
         legend_below(ax)
     else:
         empty_note(ax, "empty timeseries")
-    ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("calls (count)")
-    ax.set_title(f"Running and waiting calls, all instances - {title}")
-    ax.grid(alpha=0.3)
+    label_axes(ax, "simulated time (s)", "calls (count)", f"Running and waiting calls, all instances - {title}")
     return save(fig, path)

@@ -17,8 +17,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from program_layer.sweep.grid import Axis, Cell, canonical_json, matches, short_key, value_label
-from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, legend_below, mean_by_time, new_figure,
-                                         read_columns, save, smooth, smooth_note)
+from program_layer.sweep.plot_io import (as_percent, ecdf, empty_note, label_axes, legend_below, mean_by_time,
+                                         new_figure, read_columns, save, smooth, smooth_note)
 from program_layer.sweep.results import cell_dir
 from program_layer.sweep.run_plots import run_latencies
 
@@ -94,12 +94,9 @@ def _jct_cdf(out_dir: Path, axes: Sequence[Axis], ok: Sequence[Cell], name: str)
                       title_fontsize="small")
         else:
             empty_note(ax, "no finished cells")
-        ax.set_xlabel("program JCT (s)")
-        ax.set_ylabel("fraction of programs (CDF)")
-        ax.set_ylim(0, 1.02)
         panel = ", ".join(f"{short_key(k)}={value_label(v)}" for k, v in fixed.items())
-        ax.set_title(panel or f"Program JCT CDF per policy - {name}")
-        ax.grid(alpha=0.3)
+        label_axes(ax, "program JCT (s)", "fraction of programs (CDF)",
+                   panel or f"Program JCT CDF per policy - {name}", ylim=(0, 1.02))
     _hide_unused(grid, len(combos))
     if panel_axes:
         fig.suptitle(f"Program JCT CDF per policy - {name}")
@@ -126,10 +123,7 @@ def _jct_vs_rate(out_dir: Path, axes: Sequence[Axis], rate: Axis, results: Seque
         ax.legend(fontsize="small", title=legend_title([a.key for a in others]) or None, title_fontsize="small")
     else:
         empty_note(ax, "no finished cells")
-    ax.set_xlabel("arrival rate (programs/s)")
-    ax.set_ylabel("mean JCT (s)")
-    ax.set_title(f"Mean JCT vs arrival rate - {name}")
-    ax.grid(alpha=0.3)
+    label_axes(ax, "arrival rate (programs/s)", "mean JCT (s)", f"Mean JCT vs arrival rate - {name}")
     return save(fig, out_dir / "plots" / "jct_vs_rate.png")
 
 
@@ -151,11 +145,8 @@ def _kv(out_dir: Path, axes: Sequence[Axis], chosen: Sequence[Cell], name: str) 
                      title_fontsize="small")
     else:
         empty_note(ax, "no finished cells chosen")
-    ax.set_xlabel("simulated time (s)")
-    ax.set_ylabel("KV-cache utilisation, mean over instances (%)")
-    ax.set_ylim(0, 105)
-    ax.set_title(f"KV-cache utilisation over time - {name}{note}")
-    ax.grid(alpha=0.3)
+    label_axes(ax, "simulated time (s)", "KV-cache utilisation, mean over instances (%)",
+               f"KV-cache utilisation over time - {name}{note}", ylim=(0, 105))
     return save(fig, out_dir / "plots" / "kv_utilization.png")
 
 
