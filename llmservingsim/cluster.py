@@ -32,6 +32,7 @@ class FinishedCall:
     """A completed call with the engine's measurements (times in ns)."""
     info: CallInfo
     call: CallSpec
+    queued_ns: int              # vLLM's queued_ts (engine ingest; the step end after the release)
     first_scheduled_ns: int
     first_token_ns: int
     last_token_ns: int
@@ -91,7 +92,7 @@ class Cluster:
         self.requests.pop(req.request_id, None)
         info = self.instances[req.instance].call_info(req)
         self.finished_calls.append(FinishedCall(
-            info, req.spec, req.first_scheduled_ns, req.first_token_ns, req.last_token_ns,
+            info, req.spec, req.queued_ns, req.first_scheduled_ns, req.first_token_ns, req.last_token_ns,
             max(req.num_cached_tokens, 0), req.num_preemptions))
         if self.on_request_finished is not None:
             self.on_request_finished(info)

@@ -48,10 +48,13 @@ class Instance:
         self.busy_ns = 0
         self.num_steps = 0
         self.last_step_ns = 0
+        self.step_end_ns = 0         # when the step in flight ends (valid while ``current``)
 
     # ---- arrivals -----------------------------------------------------------------------
     def submit(self, req: Request) -> None:
         now = self.loop.now
+        # vLLM's engine loop ingests new requests between steps (core.py run_busy_loop)
+        req.queued_ns = now if self.current is None else self.step_end_ns
         hooks = self.hooks
         if hooks.retention is not None or hooks.priority is not None:
             info = self.call_info(req)
@@ -91,6 +94,7 @@ class Instance:
                 sr.req.first_scheduled_ns = now
         timing = self.timer.time(out)
         self.last_step_ns = timing.total_ns
+        self.step_end_ns = now + timing.total_ns
         self.current = out
         self.busy_ns += timing.total_ns
         self.num_steps += 1

@@ -62,11 +62,12 @@ def batch_shape(prefills: Sequence[tuple[int, int]], decode_kvs: Sequence[int]) 
 
 
 def _label(bins: list, labels: list, x: float):
-    """pandas.cut semantics: label i covers (bins[i], bins[i+1]]."""
+    """The profiler's bucketing (LLMServingSim ``_bucket_label``): label i covers
+    (bins[i], bins[i+1]]; a value beyond the last edge takes the last label."""
     i = bisect.bisect_left(bins, x) - 1
-    if 0 <= i < len(labels):
-        return labels[i]
-    return None
+    if i < 0:
+        i = 0
+    return labels[min(i, len(labels) - 1)] if labels else None
 
 
 class PerformanceModel:
@@ -135,21 +136,29 @@ class PerformanceModel:
             t_mean = att.decode(nd, mean_kv)
         if nd < 2 or b.decode_kv_max == b.decode_kv_min:
             return t_mean
+        alpha = self._alpha(b, mean_kv)
+        if alpha == 0.0:
+            return t_mean
         if b.prefill_tokens:
             t_max = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, b.decode_kv_max)
         else:
             t_max = att.decode(nd, b.decode_kv_max)
-        return t_mean + self._alpha(b, mean_kv) * (t_max - t_mean)
+        if t_max <= t_mean:       # interpolation at an axis edge: no negative correction
+            return t_mean
+        return t_mean + alpha * (t_max - t_mean)
 
     def _alpha(self, b: BatchShape, mean_kv: float) -> float:
+        """The skew fit's alpha for this batch, looked up as the profiler fitted it
+        (LLMServingSim ``_skew_alpha``): the bucket key's prefill chunk must be a profiled
+        grid value (a step's summed chunk rarely is), otherwise the pooled
+        ``alpha_default``; no fit (or ``skew_fit.enabled: false``) means no correction."""
         sk = self.bundle.skew
         if sk is None:
             return 0.0
+        pc = float(b.prefill_tokens)
+        if pc not in sk.pc_set:
+            return sk.alpha_default
         rate = (mean_kv - b.decode_kv_min) / (b.decode_kv_max - b.decode_kv_min)
-        pc = 0.0
-        if b.prefill_tokens and sk.pcs:
-            i = bisect.bisect_right(sk.pcs, b.prefill_tokens) - 1
-            pc = sk.pcs[max(i, 0)]
         key = (pc, _label(sk.n_bins, sk.n_labels, b.num_decodes), _label(sk.sr_bins, sk.sr_labels, rate),
                _label(sk.kvb_bins, sk.kvb_labels, b.decode_kv_max), _label(sk.kp_bins, sk.kp_labels, b.prefill_ctx))
         return sk.table.get(key, sk.alpha_default)

@@ -45,7 +45,7 @@ class SkewFit:
     kvb_labels: list
     kp_bins: list
     kp_labels: list
-    pcs: list
+    pc_set: frozenset          # prefill chunks the fit has buckets for (exact grid values)
 
 
 @dataclass
@@ -134,6 +134,8 @@ def _attention(path: Path) -> AttentionTables:
 
 def _skew(meta: dict, tp: int, path: Path, meta_path: Path) -> Optional[SkewFit]:
     fit = meta.get("skew_fit") or {}
+    if isinstance(fit, dict) and fit.get("enabled") is False:
+        return None            # the profiler marks the fit unusable: apply no correction
     per_tp_all = fit.get("per_tp") or {} if isinstance(fit, dict) else None
     if not isinstance(per_tp_all, dict):
         raise ProfileError("skew_fit.per_tp must be a mapping of TP degree to fit", file=str(meta_path),
@@ -158,7 +160,7 @@ def _skew(meta: dict, tp: int, path: Path, meta_path: Path) -> Optional[SkewFit]
         sr_bins=axes.get("skew_rate_bins", []), sr_labels=axes.get("skew_rate_labels", []),
         kvb_bins=axes.get("kv_big_bins", []), kvb_labels=axes.get("kv_big_labels", []),
         kp_bins=axes.get("kp_bins", []), kp_labels=axes.get("kp_labels", []),
-        pcs=sorted({k[0] for k in table}))
+        pc_set=frozenset(k[0] for k in table))
 
 
 def _moe(path: Path) -> GridND:

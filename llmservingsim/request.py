@@ -3,7 +3,7 @@
 Ownership: ``status``, ``num_computed_tokens`` and ``num_placeholders`` are written only by
 the scheduler; ``num_tokens`` grows only in ``Scheduler.update_from_output`` (a sampled
 token becomes known) and ``Scheduler.advance_decodes`` (fast-forward); token timestamps are
-written there too, ``first_scheduled_ns`` by the instance that runs the request.
+written there too, ``queued_ns`` and ``first_scheduled_ns`` by the instance that runs the request.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class RequestStatus(enum.IntEnum):
 class Request:
     __slots__ = (
         "request_id", "owner", "call_index", "prompt_len", "max_tokens", "stream",
-        "arrival_ns", "priority", "status", "num_computed_tokens", "num_tokens",
+        "arrival_ns", "queued_ns", "priority", "status", "num_computed_tokens", "num_tokens",
         "num_placeholders", "num_cached_tokens", "num_preemptions", "instance",
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finished_ns",
         "spec", "hit_memo",
@@ -55,6 +55,10 @@ class Request:
         self.max_tokens = spec.output_tokens
         self.stream = spec.tokens
         self.arrival_ns = arrival_ns
+        # vLLM's queued_ts: when the engine loop ingests the request. The busy loop reads its
+        # input queue only between steps, so a call released during a step is queued at that
+        # step's end (the instance sets it; an idle engine ingests at once).
+        self.queued_ns = arrival_ns
         self.priority = priority
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0

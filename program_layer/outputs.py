@@ -14,7 +14,7 @@ from typing import Sequence
 NS = 1e9
 
 CALL_COLUMNS = ["program_id", "session_id", "call_index", "request_id", "instance", "release_s",
-                "scheduled_s", "first_token_s", "last_token_s", "completion_s", "input_tokens",
+                "queued_s", "scheduled_s", "first_token_s", "last_token_s", "completion_s", "input_tokens",
                 "output_tokens", "cached_tokens", "ttft_s", "tpot_s", "queueing_s", "e2e_s",
                 "service_s", "preemptions", "tool_name", "tool_duration_s"]
 PROGRAM_COLUMNS = ["program_id", "session_id", "arrival_s", "completion_s", "jct_s", "calls",
@@ -53,7 +53,8 @@ def call_rows(finished, programs) -> list[dict]:
         rows.append({
             "program_id": info.owner, "session_id": sessions.get(info.owner, ""),
             "call_index": call.call_index, "request_id": info.request_id, "instance": info.instance,
-            "release_s": info.arrival_ns / NS, "scheduled_s": f.first_scheduled_ns / NS,
+            "release_s": info.arrival_ns / NS, "queued_s": f.queued_ns / NS,
+            "scheduled_s": f.first_scheduled_ns / NS,
             "first_token_s": f.first_token_ns / NS, "last_token_s": f.last_token_ns / NS,
             "completion_s": info.completion_ns / NS,
             "input_tokens": call.prompt_tokens, "output_tokens": n_out,
