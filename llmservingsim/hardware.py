@@ -44,6 +44,7 @@ _DEVICE_KEYS = {
     "name": _STR, "gpu": _STR, "memory_gib": _FLOAT, "memory_bandwidth_gbs": _FLOAT,
     "peak_bf16_tflops": _FLOAT, "power": "mapping", "gpus_per_node": _INT,
     "interconnect": _STR, "network": _STR, "system": _STR, "nccl_allreduce_busbw_gbs": _FLOAT,
+    "cuda_memory_bytes": _INT, "sm_count": _INT, "tp_non_torch_gib": _FLOAT,
 }
 # Optional: measured time of a tiny (4 KiB) all-reduce on 2 GPUs, i.e. the fixed cost of one
 # collective. Used only where no step-residual table already contains it (execution_graph).
@@ -85,9 +86,16 @@ class Device:
     system: str
     nccl_allreduce_busbw_gbs: float
     path: Path
+    cuda_memory_bytes: int = 0       # cudaMemGetInfo total: what vLLM sizes its KV pool from
+    sm_count: int = 0
+    tp_non_torch_gib: float = 0.0    # non-torch memory the TP communicators add (memory_model)
     collective_latency_ns: float = 0.0
     _network: Mapping[str, tuple] = field(repr=False, compare=False, default_factory=dict)
     _system: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def tp_non_torch_bytes(self) -> int:
+        return round(self.tp_non_torch_gib * (1 << 30))
 
     @property
     def network_path(self) -> Path:
@@ -257,8 +265,13 @@ def _build_device(raw: Any, path: Path) -> Device:
         raise ProfileError(f"name '{v['name']}' must equal the file name '{path.stem}'",
                            file=str(path), key="name")
     for key in ("memory_gib", "memory_bandwidth_gbs", "peak_bf16_tflops",
-                "nccl_allreduce_busbw_gbs", "gpus_per_node"):
+                "nccl_allreduce_busbw_gbs", "gpus_per_node", "cuda_memory_bytes", "sm_count"):
         _positive(v[key], path, key)
+    if v["tp_non_torch_gib"] < 0:
+        raise ProfileError("must be >= 0", file=str(path), key="tp_non_torch_gib")
+    if v["cuda_memory_bytes"] > v["memory_gib"] * (1 << 30):
+        raise ProfileError("the CUDA-visible total cannot exceed nvidia-smi's total (memory_gib)",
+                           file=str(path), key="cuda_memory_bytes")
     power = _build_power(v["power"], path)
     network = _load_network(path, v["network"], v["gpus_per_node"])
     system = _load_system(path, v["system"], v["memory_bandwidth_gbs"], v["peak_bf16_tflops"])
@@ -268,6 +281,8 @@ def _build_device(raw: Any, path: Path) -> Device:
                   gpus_per_node=v["gpus_per_node"], interconnect=v["interconnect"],
                   network=v["network"], system=v["system"],
                   nccl_allreduce_busbw_gbs=v["nccl_allreduce_busbw_gbs"], path=path,
+                  cuda_memory_bytes=v["cuda_memory_bytes"], sm_count=v["sm_count"],
+                  tp_non_torch_gib=v["tp_non_torch_gib"],
                   collective_latency_ns=optional.get("collective_latency_ns", 0.0),
                   _network=network, _system=system)
 

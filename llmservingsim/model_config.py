@@ -9,6 +9,8 @@ from .errors import ConfigError
 from .paths import models_dir
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1}
+# Architectures whose attention normalises q and k per head (vLLM qwen3.py / qwen3_moe.py).
+QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class ModelSpec:
     experts_per_token: int = 0
     moe_intermediate_size: int = 0
     dtype_bytes: int = 2
+    qk_norm: bool = False          # per-head RMSNorm on q and k (Qwen3 families)
 
     @property
     def is_moe(self) -> bool:
@@ -108,4 +111,5 @@ def load_model(name: str) -> ModelSpec:
         experts_per_token=int(cfg.get("num_experts_per_tok", 0) or 0),
         moe_intermediate_size=int(cfg.get("moe_intermediate_size", cfg.get("intermediate_size", 0)) or 0),
         dtype_bytes=DTYPE_BYTES.get(str(cfg.get("torch_dtype", "bfloat16")), 2),
+        qk_norm=str(cfg.get("model_type", "")) in QK_NORM_MODEL_TYPES,
     )

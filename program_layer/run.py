@@ -111,12 +111,12 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode) ->
         raise ConfigError(f"tp x pp = {tp * pp} GPUs, but a {device.name} node has {device.gpus_per_node}: "
                           f"one instance must fit in one node", key="parallelism.tp")
     dispatch = DispatchPlane(policies["routing"], policies["scheduling"], cfg["instances"])
-    engine = resolve_engine(cfg["engine"], device.memory_gib, device.gpu, model.max_model_len, dispatch.engine_args)
+    engine = resolve_engine(cfg["engine"], device.cuda_memory_bytes / (1 << 30), device.gpu, model.max_model_len, dispatch.engine_args)
     prof_root = profiles or cfg.get("profiles")
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
     bundle = load_bundle(device.name, model.name, tp, root=Path(prof_root) if prof_root else None)
-    mem = plan_memory(model, device.memory_gib, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
+    mem = plan_memory(model, device, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
                       engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"])
     if mem.num_blocks < 2:
         raise ConfigError(f"no memory left for the KV cache: {mem.describe()}", key="engine.gpu_memory_utilization")
@@ -189,6 +189,7 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
         "preemptions": sum(r["preemptions"] for r in calls),
         "prefix_cache_hit_rate": round(hits / queries, 6) if queries else 0.0,
         "kv_pool_tokens": sim.memory.kv_pool_tokens,
+        "memory": sim.memory.breakdown(),
         "energy_j": round(energy, 3),
         "steps": sum(inst.num_steps for inst in sim.cluster.instances),
         "engine": {k: sim.engine[k] for k in sorted(sim.engine)},

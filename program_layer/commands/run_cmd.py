@@ -26,6 +26,15 @@ def policy_text(spec) -> str:
     return str(spec)
 
 
+def memory_text(m: dict) -> str:
+    """vLLM 0.19's KV budget, term by term (llmservingsim.memory_model)."""
+    if m["overridden"]:
+        return f"KV pool {m['kv_pool_tokens']} tokens set by kv_pool_tokens"
+    return (f"{m['device_gib']:.2f} GiB x {m['gpu_memory_utilization']} - weights {m['weights_gib']:.2f} - "
+            f"activation peak {m['activation_peak_gib']:.2f} - non-torch {m['non_torch_gib']:.2f} = "
+            f"KV {m['kv_cache_gib']:.2f} GiB ({m['num_gpu_blocks']} blocks)")
+
+
 def summary_text(s: dict, out: Path, wall: float) -> str:
     j, t, p = s["jct_s"], s["ttft_s"], s["tpot_s"]
     f = lambda v, scale=1.0, nd=3: "-" if v is None else f"{v * scale:.{nd}f}"
@@ -37,6 +46,7 @@ def summary_text(s: dict, out: Path, wall: float) -> str:
         f"TPOT mean {f(p['mean'], 1e3, 2)} ms  p99 {f(p['p99'], 1e3, 2)} ms",
         f"queueing mean {f(s['queueing_s']['mean'])} s, preemptions {s['preemptions']}, "
         f"prefix-cache hit rate {100 * s['prefix_cache_hit_rate']:.1f}%, KV pool {s['kv_pool_tokens']} tokens",
+        f"memory per GPU: {memory_text(s['memory'])}",
         f"throughput {s['throughput']['output_tokens_per_s']:.1f} output tok/s, energy {s['energy_j'] / 3.6e6:.3f} kWh",
         f"outputs in {out}/ (summary.json, calls.csv, programs.csv, timeseries.csv); wall {wall:.2f} s",
     ]
