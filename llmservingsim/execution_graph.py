@@ -28,22 +28,38 @@ from astrasim.config.network import parse_network
 from astrasim.config.system import parse_system
 from astrasim.network import AnalyticalNetwork
 
+from .hardware import HOPS, fit_link_bandwidth_gbs
+from .overhead_model import Regime
 from .perf_model import BatchShape, PerformanceModel
 
 ATTN_OPS = ("layernorm", "qkv_proj", "rotary_emb", "qk_norm", "o_proj")
 MLP_OPS = ("layernorm", "gate_up_proj", "act_fn", "down_proj")
 
 
-def system_simulator(device, tp: int, pp: int, with_fixed_latency: bool = False) -> SystemSimulator:
-    """The TP x PP group's simulator. The device networks are bandwidth-only (latency 0) because
-    measured step residuals already contain each collective's fixed cost; ``with_fixed_latency``
-    (for bundles without a residual table) sets the link latency so that a tiny 2-GPU ring
-    all-reduce (2 messages x hops links) costs the device's measured ``collective_latency_ns``."""
-    n = tp * pp
-    cfg = device.network_for_tp(n)
-    if with_fixed_latency and device.collective_latency_ns:
-        hops = 2 if cfg["topology"][0] == "Switch" else 1
-        cfg["latency"] = [device.collective_latency_ns / (2 * hops)]
+def network_config(device, tp: int, pp: int, busbw_gbs: Optional[float] = None,
+                   collective_latency_ns: float = 0.0) -> dict:
+    """The TP x PP group's ASTRA-Sim network on the device's intra-node dimension. By default
+    the device file's (bandwidth fitted to its measured NCCL bus bandwidth); ``busbw_gbs``
+    refits the link bandwidth to another bus bandwidth, and ``collective_latency_ns`` (the
+    fixed cost of a 2-GPU all-reduce: 2 messages, each crossing ``hops`` links) sets the
+    link latency; a ring over n GPUs pays it n - 1 times."""
+    cfg = device.network_for_tp(tp * pp)
+    if busbw_gbs is not None:
+        cfg["bandwidth"] = [round(fit_link_bandwidth_gbs(busbw_gbs, device.memory_bandwidth_gbs), 3)]
+    if collective_latency_ns and tp * pp > 1:
+        cfg["latency"] = [collective_latency_ns / (2 * HOPS[cfg["topology"][0]])]
+    return cfg
+
+
+def network_yaml(cfg: dict) -> str:
+    """An ASTRA-Sim network YAML text for ``cfg`` (what upstream ASTRA-Sim reads)."""
+    return "".join(f"{k}: [ {', '.join(str(v) for v in cfg[k])} ]\n"
+                   for k in ("topology", "npus_count", "bandwidth", "latency"))
+
+
+def system_simulator(device, tp: int, pp: int, network: Optional[dict] = None) -> SystemSimulator:
+    """The group's simulator on ``network`` (default: :func:`network_config` of the device)."""
+    cfg = network if network is not None else network_config(device, tp, pp)
     net = AnalyticalNetwork(parse_network(cfg, f"{device.path}:network"))
     system = parse_system(device.system_config(), f"{device.path}:system")
     groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else {}
@@ -51,15 +67,38 @@ def system_simulator(device, tp: int, pp: int, with_fixed_latency: bool = False)
 
 
 class GraphCommModel:
-    """Exposed communication of a step's graph, memoised by token count."""
+    """Exposed communication of a step's graph, memoised by token count.
 
-    def __init__(self, model, device, tp: int, pp: int, residual_table: bool = True):
+    Each all-reduce is timed on a simulator whose network reproduces the collective regime
+    vLLM dispatches its size to (``overhead_model.Regime``: custom all-reduce below its
+    buffer, NCCL above) when the device has a fitted model for this TP size; otherwise on the
+    device network with its measured NCCL bandwidth and fixed per-collective cost."""
+
+    def __init__(self, model, device, tp: int, pp: int, regimes: Optional[tuple] = None):
         self.model = model
         self.tp = tp
         self.pp = pp
-        self.sim = system_simulator(device, tp, pp, with_fixed_latency=not residual_table)
+        self.regimes = regimes or (Regime(device.collective_latency_ns / 1000.0, device.nccl_allreduce_busbw_gbs),)
+        if regimes:
+            self.networks = [network_config(device, tp, pp, r.bandwidth_gbs, r.latency_us * 1000.0) for r in regimes]
+        else:       # the device file's network as written, plus its measured fixed cost
+            self.networks = [network_config(device, tp, pp, None, device.collective_latency_ns)]
+        self._sims = [system_simulator(device, tp, pp, net) for net in self.networks]
         self.layers_per_stage = -(-model.num_layers // pp)
         self._memo: dict[int, int] = {}
+
+    def _index(self, size_bytes: int) -> int:
+        for i, r in enumerate(self.regimes):
+            if r.max_bytes is None or size_bytes < r.max_bytes:
+                return i
+        return len(self.regimes) - 1
+
+    def simulator_for(self, tokens: int) -> SystemSimulator:
+        """The simulator that times this step's collectives (by their message size)."""
+        return self._sims[self._index(self.activation_bytes(tokens))]
+
+    def network_for(self, tokens: int) -> dict:
+        return self.networks[self._index(self.activation_bytes(tokens))]
 
     def activation_bytes(self, tokens: int) -> int:
         return tokens * self.model.hidden_size * self.model.dtype_bytes
@@ -71,10 +110,10 @@ class GraphCommModel:
             size = self.activation_bytes(t)
             v = 0
             if self.tp > 1:
-                ar = self.sim.collective_time_ns("all_reduce", size, list(range(self.tp)))
+                ar = self.simulator_for(t).collective_time_ns("all_reduce", size, list(range(self.tp)))
                 v += 2 * self.layers_per_stage * self.pp * ar
             if self.pp > 1:
-                v += (self.pp - 1) * self.sim.network.send_ns(0, self.tp, size)
+                v += (self.pp - 1) * self.simulator_for(t).network.send_ns(0, self.tp, size)
             self._memo[t] = v
         return v
 

@@ -49,31 +49,6 @@ class Table1D:
         return v
 
 
-class RaggedGrid2D:
-    """2-D table whose rows (first axis) may each list different second-axis points:
-    interpolate within each bracketing row, then between rows. Both axes clamp."""
-
-    __slots__ = ("rows", "row_tables")
-
-    def __init__(self, points: dict):
-        by_row: dict = {}
-        for (a, b), v in points.items():
-            by_row.setdefault(float(a), {})[float(b)] = v
-        self.rows = sorted(by_row)
-        self.row_tables = [Table1D(sorted(by_row[r]), [by_row[r][k] for k in sorted(by_row[r])], clamp=True)
-                           for r in self.rows]
-
-    def __call__(self, a: float, b: float) -> float:
-        rows = self.rows
-        if len(rows) == 1 or a <= rows[0]:
-            return self.row_tables[0](b)
-        if a >= rows[-1]:
-            return self.row_tables[-1](b)
-        i, w = bracket(rows, a)
-        lo = self.row_tables[i](b)
-        return lo + w * (self.row_tables[i + 1](b) - lo)
-
-
 class GridND:
     """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``."""
 

@@ -14,10 +14,9 @@ bundle: one layer profiled with heads and widths divided by TP):
   (default ``alpha_default`` from meta.yaml);
 - mixture-of-experts layers from ``moe.csv`` at the expected number of distinct experts the
   step's tokens activate, E * (1 - (1 - k/E)^T);
-- per-sequence ops (``lm_head``, ``sampler``) at the number of scheduled sequences;
-- the per-step residual of ``step_overhead.csv`` (framework overhead minus kernel overlap)
-  when the bundle has one.
-Communication is not in the bundle: the execution-graph generator adds it.
+- per-sequence ops (``lm_head``, ``sampler``) at the number of scheduled sequences.
+Communication is not in the bundle (the execution-graph generator adds it), nor is the
+framework's own cost per step (``overhead_model``).
 """
 from __future__ import annotations
 
@@ -78,7 +77,6 @@ class PerformanceModel:
         self.pp = pp
         self._dense_memo: dict[int, float] = {}
         self._seq_memo: dict[int, float] = {}
-        self._ovh_memo: dict = {}
         dense = bundle.dense
         L = self.layers_per_stage
         self._dense_terms = []
@@ -162,16 +160,6 @@ class PerformanceModel:
         key = (pc, _label(sk.n_bins, sk.n_labels, b.num_decodes), _label(sk.sr_bins, sk.sr_labels, rate),
                _label(sk.kvb_bins, sk.kvb_labels, b.decode_kv_max), _label(sk.kp_bins, sk.kp_labels, b.prefill_ctx))
         return sk.table.get(key, sk.alpha_default)
-
-    def overhead_us(self, b: BatchShape) -> float:
-        table = self.bundle.step_overhead
-        if table is None:
-            return 0.0
-        key = (b.prefill_tokens, b.num_decodes)
-        v = self._ovh_memo.get(key)
-        if v is None:
-            v = self._ovh_memo[key] = table(b.prefill_tokens, b.num_decodes)
-        return v
 
     def compute_us(self, b: BatchShape) -> float:
         """Compute time of one pipeline stage with the once-per-step ops (µs): dense +

@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from .errors import ProfileError, parse_yaml
-from .interp import GridND, RaggedGrid2D, Table1D
+from .interp import GridND, Table1D
 from .paths import profiles_dir
 
 
@@ -58,7 +58,6 @@ class ProfileBundle:
     attention: AttentionTables
     skew: Optional[SkewFit]
     moe: Optional[GridND] = None
-    step_overhead: Optional[RaggedGrid2D] = None
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict]:
@@ -181,17 +180,6 @@ def _moe(path: Path) -> GridND:
     return GridND([toks, experts], vals)
 
 
-def _step_overhead(path: Path) -> RaggedGrid2D:
-    """Per-step residual (measured wall minus profiled kernels) by (prefill chunk, decodes).
-    Grids differ per bundle (ragged rows); repeated points from several sessions are
-    averaged; outside the measured range the residual is held, not extrapolated."""
-    rows = _read_csv(path, ("prefill_chunk", "n_decode", "overhead_us"))
-    pts: dict = {}
-    for r in rows:
-        pts.setdefault((r["prefill_chunk"], r["n_decode"]), []).append(r["overhead_us"])
-    return RaggedGrid2D({k: float(np.mean(v)) for k, v in pts.items()})
-
-
 def bundle_dir(hardware: str, model: str, variant: str = "bf16", root: Optional[Path] = None) -> Path:
     return Path(root or profiles_dir()) / hardware / model / variant
 
@@ -224,7 +212,5 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
                            skew=_skew(meta, tp, tp_dir / "skew_fit.csv", meta_path))
     if (tp_dir / "moe.csv").exists():
         bundle.moe = _moe(tp_dir / "moe.csv")
-    if (tp_dir / "step_overhead.csv").exists():
-        bundle.step_overhead = _step_overhead(tp_dir / "step_overhead.csv")
     _CACHE[key] = bundle
     return bundle

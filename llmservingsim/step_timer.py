@@ -1,14 +1,18 @@
-"""Step time = compute (performance model) + communication (execution graph) + residual.
+"""Step time = compute (performance model) + communication (execution graph) + framework
+overhead (overhead model).
 
 ``StepTimer.time(output)`` turns a scheduler output into integer nanoseconds. The
-communication part comes from a ``CommModel`` (``llmservingsim.execution_graph``), which
-evaluates the step's Chakra graph on the system simulator (memoised by graph shape).
+communication part comes from a ``CommModel`` (``llmservingsim.execution_graph``): the
+collectives of the step's Chakra graph, each timed by the system simulator, memoised by the
+token count (a property test checks this equals running the whole graph). The framework
+overhead is ``overhead_model.Framework`` applied to the step's shape and compute.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
+from .overhead_model import Framework
 from .perf_model import BatchShape, PerformanceModel
 from .scheduler import SchedulerOutput
 
@@ -50,19 +54,23 @@ def shape_of(out: SchedulerOutput) -> BatchShape:
 
 
 class StepTimer:
-    def __init__(self, perf: PerformanceModel, comm: Optional[CommModel] = None):
+    def __init__(self, perf: PerformanceModel, comm: Optional[CommModel] = None,
+                 framework: Optional[Framework] = None):
         self.perf = perf
         self.comm = comm
         self.pp = perf.pp
+        self.framework = framework if framework is not None else Framework()
 
     def time_shape(self, shape: BatchShape) -> StepTiming:
         perf = self.perf
         if self.pp == 1:
-            compute = round(perf.compute_us(shape) * 1000.0)
+            compute_us = perf.compute_us(shape)
         else:       # the layers run stage after stage; embedding, head and sampler once
             once = perf.once_us(shape)
-            compute = round((self.pp * (perf.compute_us(shape) - once) + once) * 1000.0)
-        overhead = round(perf.overhead_us(shape) * 1000.0)
+            compute_us = self.pp * (perf.compute_us(shape) - once) + once
+        compute = round(compute_us * 1000.0)
+        overhead = round(self.framework.us(shape.num_prefills, shape.prefill_tokens, shape.num_tokens,
+                                           compute_us) * 1000.0)
         comm = self.comm.exposed_comm_ns(shape) if self.comm is not None else 0
         total = compute + comm + overhead
         if total < 1000:          # a step never takes less than a microsecond

@@ -15,7 +15,8 @@ from llmservingsim.errors import SimError
 # name -> (module, help). Modules are imported lazily so `agentservesim run` stays fast.
 SUBCOMMANDS = {
     "run": ("program_layer.commands.run_cmd", "simulate one config (no arguments: the shipped example)"),
-    "validate": ("program_layer.commands.validate_cmd", "simulate a real vLLM run's workload and compare"),
+    "validate": ("program_layer.commands.validate_cmd", "simulate a real vLLM run's workload and report sim vs real"),
+    "calibrate": ("program_layer.commands.calibrate_cmd", "fit a deployment's framework overhead to a real vLLM run"),
     "export-chakra": ("program_layer.commands.export_chakra_cmd", "write the first engine steps as Chakra ET graphs"),
     "workload": ("program_layer.workloads.cli", "generate or import workloads"),
     "cells": ("program_layer.commands.cells_cmd", "list the paper's experiment cells shipped under examples/"),

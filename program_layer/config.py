@@ -41,6 +41,7 @@ TOP_KEYS = {
     "policies": ((dict,), None),
     "seed": ((int,), 0),
     "name": ((str,), None),
+    "calibration": ((str,), None),     # CAL.yaml written by `agentservesim calibrate` (relative to the config)
 }
 PARALLELISM_KEYS = {"tp": ((int,), 1), "pp": ((int,), 1)}
 POLICY_KEYS = {"retention": ((str, dict), "cache-lru"), "scheduling": ((str, dict), "fcfs"),

@@ -6,7 +6,7 @@ the program layer's Orchestrator drives it through the engine API and the four h
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -19,6 +19,7 @@ from llmservingsim.kv_cache_manager import KVCacheManager
 from llmservingsim.memory_model import plan_memory
 from llmservingsim.metrics import MetricsCollector
 from llmservingsim.model_config import load_model
+from llmservingsim.overhead_model import Framework, load_overhead
 from llmservingsim.perf_model import PerformanceModel
 from llmservingsim.power import PowerModel
 from llmservingsim.profiles import load_bundle
@@ -49,6 +50,7 @@ class Simulation:
     device: object
     timer: StepTimer
     workload_source: str
+    overhead: object = None
 
     def end_ns(self) -> int:
         """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
@@ -71,21 +73,22 @@ class Simulation:
             self.cluster.run()
 
 
-def _comm_model(model, device, tp: int, pp: int, bundle):
+def _comm_model(model, device, tp: int, pp: int, overhead):
     if tp == 1 and pp == 1:
         return None
     from llmservingsim.execution_graph import GraphCommModel
-    return GraphCommModel(model, device, tp, pp, residual_table=bundle.step_overhead is not None)
+    return GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp))
 
 
 def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
                      profiles: Optional[str] = None, trace_steps: bool = False,
-                     step_mode: bool = False) -> Simulation:
-    """``step_mode`` turns exact fast-forward off (the plain step-by-step loop). A config
+                     step_mode: bool = False, framework: Optional[Framework] = None) -> Simulation:
+    """``step_mode`` turns exact fast-forward off (the plain step-by-step loop);
+    ``framework`` replaces the framework overhead (calibration in the loop). A config
     error found while building names the config file and line of its key."""
     try:
         return _build(config, base_dir=base_dir, seed=seed, profiles=profiles, trace_steps=trace_steps,
-                      step_mode=step_mode)
+                      step_mode=step_mode, framework=framework)
     except ConfigError as exc:
         source = config.get("_source")
         if exc.file is None and exc.key and source:
@@ -95,7 +98,7 @@ def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Opt
         raise
 
 
-def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode) -> Simulation:
+def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, framework) -> Simulation:
     cfg = validate_config({k: v for k, v in config.items() if not k.startswith("_")})
     base = Path(base_dir or config.get("_base_dir") or ".")
     if seed is not None:           # --seed: the run's seed and the generator's
@@ -123,7 +126,13 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode) ->
     if mem.kv_pool_tokens < engine["max_model_len"] and cfg["engine"]["max_model_len"] is None:
         engine["max_model_len"] = mem.kv_pool_tokens    # vLLM would refuse; cap like --max-model-len
     perf = PerformanceModel(model, bundle, pp)
-    timer = StepTimer(perf, _comm_model(model, device, tp, pp, bundle))
+    overhead = load_overhead(device.name).for_model(model.name)
+    if cfg.get("calibration"):
+        from .calibrate import load_calibration
+        overhead = load_calibration(base / cfg["calibration"], cfg, overhead)
+    if framework is not None:
+        overhead = replace(overhead, framework=framework)
+    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead), overhead.framework)
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":
@@ -145,7 +154,7 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode) ->
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
-    return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source)
+    return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead)
 
 
 def _check_calls_fit(programs, pool_tokens: int, max_model_len: int) -> None:

@@ -1,59 +1,174 @@
-"""Compare a simulation with a real vLLM run (formats.md §5).
+"""Compare a simulation with a real vLLM run (requests.jsonl beside meta.json).
 
-Real metrics per request from ``requests.jsonl``: TTFT = first_token_ts - queued_ts,
-TPOT = (last_token_ts - first_token_ts) / (output_toks - 1), latency = last_token_ts -
-queued_ts. The simulated side uses the same definitions on calls.csv (release = queued).
+Both sides use vLLM's definitions, measured from the engine's ``queued_ts`` (the moment the
+engine loop ingests the request, which is the end of the step in flight when it arrived):
+
+    TTFT = first_token - queued,  TPOT = (last_token - first_token) / (output_toks - 1),
+    latency = last_token - queued.
+
+Real and simulated requests are paired by (program_id, call_index) when the real records
+carry them (agent replays), otherwise by position (a request stream: line i of
+requests.jsonl is call 0 of program i of the workload).
 """
 from __future__ import annotations
 
+import csv
 import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmservingsim.errors import WorkloadError
+from llmservingsim.errors import ConfigError, WorkloadError
 
 from .outputs import percentiles
 
 METRICS = ("ttft_s", "tpot_s", "latency_s")
+STATS = ("mean", "p50", "p90", "p99")
+REQUIRED = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")
 
 
-def real_metrics(real_dir: Path) -> dict:
-    path = Path(real_dir) / "requests.jsonl"
-    if not path.exists():
-        raise WorkloadError("missing requests.jsonl of the real run", file=str(path))
-    out = {m: [] for m in METRICS}
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+@dataclass
+class Record:
+    """One request, times in seconds from the run's first ``queued`` (real) or from 0 (sim)."""
+    key: tuple
+    input_toks: int
+    output_toks: int
+    queued: float
+    first_token: float
+    last_token: float
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.queued
+
+    @property
+    def latency(self) -> float:
+        return self.last_token - self.queued
+
+    @property
+    def tpot(self):
+        return (self.last_token - self.first_token) / (self.output_toks - 1) if self.output_toks > 1 else None
+
+
+@dataclass
+class RealRun:
+    path: Path
+    records: list
+    meta: dict = field(default_factory=dict)
+    timeseries: list = field(default_factory=list)    # rows of timeseries.csv, when the run has one
+
+
+def _number(r: dict, key: str, file: str, line: int):
+    v = r.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise WorkloadError(f"field {key!r} must be a finite number, got {v!r}", file=file, line=line)
+    return v
+
+
+def load_real(real_dir) -> RealRun:
+    """The real run's records (raises one WorkloadError naming file, line and field)."""
+    real_dir = Path(real_dir)
+    path = real_dir / "requests.jsonl"
+    if not path.is_file():
+        raise WorkloadError("no requests.jsonl in the real run's folder", file=str(path))
+    recs, keyed = [], None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WorkloadError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             r = json.loads(line)
-            q, f, l, n = r["queued_ts"], r["first_token_ts"], r["last_token_ts"], r["output_toks"]
-            ttft, latency = f - q, l - q
-            tpot = (l - f) / (n - 1) if n > 1 else None
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise WorkloadError(f"bad request record ({type(exc).__name__}: {exc})", file=str(path),
-                                line=lineno) from None
-        out["ttft_s"].append(ttft)
-        out["latency_s"].append(latency)
-        if tpot is not None:
-            out["tpot_s"].append(tpot)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"not JSON ({exc.msg})", file=str(path), line=lineno) from None
+        if not isinstance(r, dict):
+            raise WorkloadError("a record must be a JSON object", file=str(path), line=lineno)
+        vals = {k: _number(r, k, str(path), lineno) for k in REQUIRED}
+        has_key = "program_id" in r and "call_index" in r
+        keyed = has_key if keyed is None else keyed
+        if has_key != keyed:
+            raise WorkloadError("program_id/call_index on some records but not on others", file=str(path), line=lineno)
+        if not vals["queued_ts"] <= vals["first_token_ts"] <= vals["last_token_ts"]:
+            raise WorkloadError("timestamps must satisfy queued_ts <= first_token_ts <= last_token_ts",
+                                file=str(path), line=lineno)
+        key = (str(r["program_id"]), int(r["call_index"])) if has_key else (len(recs), 0)
+        recs.append(Record(key, int(vals["input_toks"]), int(vals["output_toks"]), vals["queued_ts"],
+                           vals["first_token_ts"], vals["last_token_ts"]))
+    if not recs:
+        raise WorkloadError("no request records", file=str(path))
+    t0 = min(r.queued for r in recs)
+    for r in recs:
+        r.queued, r.first_token, r.last_token = r.queued - t0, r.first_token - t0, r.last_token - t0
+    meta = {}
+    if (real_dir / "meta.json").is_file():
+        try:
+            meta = json.loads((real_dir / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise WorkloadError(f"cannot read meta.json ({type(exc).__name__})", file=str(real_dir / "meta.json")) from None
+    ts = []
+    if (real_dir / "timeseries.csv").is_file():
+        with open(real_dir / "timeseries.csv", newline="", encoding="utf-8") as f:
+            ts = list(csv.DictReader(f))
+    return RealRun(real_dir, recs, meta if isinstance(meta, dict) else {}, ts)
+
+
+def sim_records(call_rows: list, keyed: bool) -> list:
+    """Records of a simulation from its calls.csv rows (``outputs.call_rows``)."""
+    out = []
+    for i, c in enumerate(call_rows):
+        key = (str(c["session_id"]), int(c["call_index"])) if keyed else (i, 0)
+        out.append(Record(key, int(c["input_tokens"]), int(c["output_tokens"]), float(c["queued_s"]),
+                          float(c["first_token_s"]), float(c["last_token_s"])))
     return out
 
 
-def sim_metrics(calls: list[dict]) -> dict:
-    return {"ttft_s": [r["ttft_s"] for r in calls],
-            "tpot_s": [r["tpot_s"] for r in calls if r["output_tokens"] > 1],
-            "latency_s": [r["e2e_s"] for r in calls]}
+def pair(real: RealRun, sim: list, config: str = None) -> list:
+    """(real, sim) record pairs; the simulation must cover exactly the real run's requests."""
+    by_key = {r.key: r for r in sim}
+    missing = [r.key for r in real.records if r.key not in by_key]
+    if missing or len(sim) != len(real.records):
+        raise ConfigError(f"the config does not simulate this run's workload ({len(real.records)} real requests "
+                          f"vs {len(sim)} simulated calls" + (f"; e.g. {missing[0]} is missing" if missing else "")
+                          + ")", file=config, key="workload")
+    pairs = []
+    for r in real.records:
+        s = by_key[r.key]
+        if (s.input_toks, s.output_toks) != (r.input_toks, r.output_toks):
+            raise ConfigError(f"request {r.key} has {r.input_toks}/{r.output_toks} prompt/output tokens in the real "
+                              f"run but {s.input_toks}/{s.output_toks} in the simulation", file=config, key="workload")
+        pairs.append((r, s))
+    return pairs
+
+
+def metrics(records) -> dict:
+    return {"ttft_s": [r.ttft for r in records],
+            "tpot_s": [r.tpot for r in records if r.tpot is not None],
+            "latency_s": [r.latency for r in records]}
 
 
 def compare(real: dict, sim: dict) -> dict:
+    """metric -> stat -> {real, sim, error_pct} (sim relative to real, in %)."""
     table = {}
     for m in METRICS:
         r, s = percentiles(real[m]), percentiles(sim[m])
         table[m] = {stat: {"real": r[stat], "sim": s[stat],
                            "error_pct": round(100.0 * (s[stat] - r[stat]) / r[stat], 3)
                            if r[stat] and s[stat] is not None else None}
-                    for stat in ("mean", "p50", "p90", "p99")}
+                    for stat in STATS}
     return table
+
+
+def violations(table: dict, max_mean_err: float = None, max_pct_err: float = None) -> list:
+    """Stats whose |error| exceeds the tolerance (means and percentiles separately)."""
+    bad = []
+    for m, stats in table.items():
+        for stat, v in stats.items():
+            limit = max_mean_err if stat == "mean" else max_pct_err
+            if limit is not None and v["error_pct"] is not None and abs(v["error_pct"]) > limit:
+                bad.append(f"{m} {stat} {v['error_pct']:+.2f}% (limit {limit}%)")
+    return bad
 
 
 def format_table(table: dict) -> str:
@@ -64,4 +179,12 @@ def format_table(table: dict) -> str:
         for stat, v in stats.items():
             err = f"{v['error_pct']:>+7.2f}%" if v["error_pct"] is not None else f"{'-':>8}"
             lines.append(f"{m:<10} {stat:<5} {num(v['real'], '>12.6f')} {num(v['sim'], '>12.6f')} {err}")
+    return "\n".join(lines)
+
+
+def markdown_table(table: dict) -> str:
+    lines = ["| metric | " + " | ".join(STATS) + " |", "|---|" + "---:|" * len(STATS)]
+    for m, stats in table.items():
+        cells = [f"{v['error_pct']:+.2f}%" if v["error_pct"] is not None else "-" for v in stats.values()]
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

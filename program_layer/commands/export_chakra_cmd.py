@@ -20,7 +20,7 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from astrasim import write_workload
     from llmservingsim.errors import ConfigError
-    from llmservingsim.execution_graph import GraphCommModel, step_graphs
+    from llmservingsim.execution_graph import GraphCommModel, network_yaml, step_graphs
     from llmservingsim.step_timer import shape_of
     from program_layer.config import load_config
     from program_layer.run import build_simulation
@@ -50,7 +50,6 @@ def main(args) -> int:
         pass
     out = Path(args.out)
     system = sim.device.system_config()
-    network = sim.device.network_yaml_for_tp(tp * pp)
     groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else None
     for k, shape in enumerate(shapes):
         d = out / f"step{k:05d}"
@@ -58,17 +57,18 @@ def main(args) -> int:
         graphs = step_graphs(sim.timer.perf, shape, tp, pp, comm)
         write_workload(str(d / "step"), graphs)
         (d / "system.json").write_text(json.dumps(system, indent=2) + "\n")
-        (d / "network.yml").write_text(network)
+        (d / "network.yml").write_text(network_yaml(comm.network_for(shape.num_tokens)))
         (d / "remote_memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
         if groups:
             (d / "comm_group.json").write_text(json.dumps(groups) + "\n")
-        result = comm.sim.run(graphs)
+        result = comm.simulator_for(shape.num_tokens).run(graphs)
         (d / "expected.json").write_text(json.dumps({
             "finish_ns": {str(r): v for r, v in enumerate(result.finish_ns)},
             "exposed_comm_ns": {str(r): v for r, v in enumerate(result.exposed_comm_ns)},
             "batch": {"prefill_tokens": shape.prefill_tokens, "prefills": shape.num_prefills,
                       "decodes": shape.num_decodes, "tokens": shape.num_tokens}}, indent=2) + "\n")
-    print(f"wrote {len(shapes)} step folder(s) to {out}/; run upstream ASTRA-Sim as: "
+    print(f"wrote {len(shapes)} step folder(s) to {out}/ (each with the network of its collectives' regime); "
+          f"run upstream ASTRA-Sim as: "
           f"--workload-configuration={out}/step00000/step --system-configuration={out}/step00000/system.json "
           f"--network-configuration={out}/step00000/network.yml "
           f"--remote-memory-configuration={out}/step00000/remote_memory.json"

@@ -1,38 +1,80 @@
-"""``agentservesim validate REAL_DIR --config CONFIG.yaml``: sim-vs-real table (formats.md §5)."""
+"""``agentservesim validate REAL_DIR --config CONFIG.yaml [--out DIR] [--max-mean-err P]``:
+simulate a real vLLM run's workload and report sim against real.
+
+``--out`` receives the simulation's run files plus ``validation.json`` (the table and the
+settings), ``validation.md`` (the table) and plots (``validation_cdf.png``: TTFT / TPOT /
+latency CDFs; ``validation_timeseries.png``: generation throughput, running and waiting
+requests and KV use over time). Exit status 0 when every |error| is within the tolerances
+given (``--max-mean-err`` for means, ``--max-pct-err`` for p50/p90/p99), 1 when not (the
+failing stats are listed), 2 for bad input.
+"""
 from __future__ import annotations
 
-import csv
+import sys
 from pathlib import Path
 
 
 def add_arguments(p) -> None:
     p.add_argument("real_dir", help="folder of a real vLLM run (requests.jsonl, meta.json)")
     p.add_argument("--config", required=True, help="config that simulates the same workload")
-    p.add_argument("--out", default=None, help="where to write the simulation and validation.json")
+    p.add_argument("--out", default=None, help="report folder (default: runs/validate-<run name>)")
+    p.add_argument("--max-mean-err", type=float, default=None, metavar="PCT",
+                   help="fail (exit 1) if any mean error exceeds PCT percent")
+    p.add_argument("--max-pct-err", type=float, default=None, metavar="PCT",
+                   help="fail (exit 1) if any p50/p90/p99 error exceeds PCT percent")
+    p.add_argument("--no-plots", action="store_true", help="write the table only")
+
+
+def simulate_and_compare(cfg: dict, real, out: Path, config_path: str):
+    """Run the config into ``out`` and return (table, pairs)."""
+    import csv
+
+    from program_layer.run import run_config
+    from program_layer.validate import compare, metrics, pair, sim_records
+
+    run_config(cfg, out)
+    with open(out / "calls.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    keyed = bool(real.records) and isinstance(real.records[0].key[0], str)
+    pairs = pair(real, sim_records(rows, keyed), config_path)
+    table = compare(metrics([r for r, _ in pairs]), metrics([s for _, s in pairs]))
+    return table, pairs
 
 
 def main(args) -> int:
+    from llmservingsim.errors import ConfigError
     from program_layer.config import load_config
     from program_layer.outputs import write_json
-    from program_layer.run import run_config
-    from program_layer.validate import compare, format_table, real_metrics, sim_metrics
+    from program_layer.validate import format_table, load_real, markdown_table, violations
 
+    for flag in ("max_mean_err", "max_pct_err"):
+        v = getattr(args, flag)
+        if v is not None and not v >= 0:
+            raise ConfigError("must be a percentage >= 0", key="--" + flag.replace("_", "-"))
     cfg = load_config(args.config)
-    if Path(args.real_dir).is_dir() and not (Path(args.real_dir) / "requests.jsonl").exists():
-        from llmservingsim.errors import WorkloadError
-        raise WorkloadError("no requests.jsonl in the real run's folder", file=str(Path(args.real_dir) / "requests.jsonl"))
+    real = load_real(args.real_dir)
     out = Path(args.out) if args.out else Path("runs") / ("validate-" + Path(args.real_dir).name)
-    run_config(cfg, out)
-    with open(out / "calls.csv", newline="") as f:
-        rows = [{"ttft_s": float(r["ttft_s"]), "tpot_s": float(r["tpot_s"]), "e2e_s": float(r["e2e_s"]),
-                 "output_tokens": int(r["output_tokens"])} for r in csv.DictReader(f)]
-    real = real_metrics(Path(args.real_dir))
-    if len(real["ttft_s"]) != len(rows):
-        from llmservingsim.errors import ConfigError
-        raise ConfigError(f"the config does not simulate this run's workload ({len(real['ttft_s'])} real "
-                          f"requests vs {len(rows)} simulated calls)", file=args.config, key="workload")
-    table = compare(real, sim_metrics(rows))
-    write_json(out / "validation.json", table)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output folder {out} exists and is not a folder", key="--out")
+    table, pairs = simulate_and_compare(cfg, real, out, args.config)
+    bad = violations(table, args.max_mean_err, args.max_pct_err)
+    write_json(out / "validation.json", {"real_run": str(args.real_dir), "config": str(args.config),
+                                         "requests": len(pairs), "table": table,
+                                         "tolerances": {"max_mean_err": args.max_mean_err,
+                                                        "max_pct_err": args.max_pct_err},
+                                         "violations": bad})
+    (out / "validation.md").write_text(f"Simulated vs real: {args.real_dir} ({len(pairs)} requests), "
+                                       f"config {args.config}\n\n{markdown_table(table)}\n")
     print(format_table(table))
-    print(f"written to {out / 'validation.json'}")
+    if not args.no_plots:
+        try:
+            from program_layer.validate_plots import render
+            render(real, pairs, out)
+        except ImportError as exc:           # matplotlib is the [plot] extra
+            print(f"plots skipped ({exc.name} is not installed: pip install 'agentservesim[plot]')",
+                  file=sys.stderr)
+    print(f"report in {out}/ (validation.json, validation.md" + ("" if args.no_plots else ", plots") + ")")
+    if bad:
+        print("outside the tolerance: " + "; ".join(bad), file=sys.stderr)
+        return 1
     return 0

@@ -12,7 +12,9 @@ from hypothesis import given, settings, strategies as st
 from astrasim import NodeType, read_workload
 from llmservingsim.execution_graph import GraphCommModel, step_graphs
 from llmservingsim.hardware import load_device
+from llmservingsim.hardware import ring_allreduce_ns
 from llmservingsim.model_config import load_model
+from llmservingsim.overhead_model import Regime, load_overhead
 from llmservingsim.perf_model import PerformanceModel, batch_shape
 from llmservingsim.profiles import load_bundle
 from llmservingsim.step_timer import StepTimer
@@ -20,22 +22,23 @@ from llmservingsim.step_timer import StepTimer
 MODEL = load_model("meta-llama/Llama-3.1-70B")
 
 
-def _timer(hw: str, tp: int, pp: int = 1):
+def _timer(hw: str, tp: int, pp: int = 1, fitted: bool = False):
     perf = PerformanceModel(MODEL, load_bundle(hw, MODEL.name, tp), pp)
-    comm = GraphCommModel(MODEL, load_device(hw), tp, pp)
+    regimes = load_overhead(hw).regimes_for(tp) if fitted else None
+    comm = GraphCommModel(MODEL, load_device(hw), tp, pp, regimes=regimes)
     return perf, comm, StepTimer(perf, comm)
 
 
 @settings(max_examples=15, deadline=None)
 @given(prefill=st.integers(0, 4096), decodes=st.integers(0, 64), kv=st.integers(16, 30000),
-       hw=st.sampled_from(["RTXPRO6000", "B200"]))
-def test_memoised_comm_equals_full_graph_run(prefill, decodes, kv, hw):
+       hw=st.sampled_from(["RTXPRO6000", "B200"]), fitted=st.booleans())
+def test_memoised_comm_equals_full_graph_run(prefill, decodes, kv, hw, fitted):
     if prefill == 0 and decodes == 0:
         decodes = 1
-    perf, comm, _ = _timer(hw, 2)
+    perf, comm, _ = _timer(hw, 2, fitted=fitted)
     shape = batch_shape([(prefill, kv // 2)] if prefill else [], [kv] * decodes)
     graphs = step_graphs(perf, shape, 2, 1, comm)
-    result = comm.sim.run(graphs)
+    result = comm.simulator_for(shape.num_tokens).run(graphs)
     assert result.exposed_comm_ns == [comm.exposed_comm_ns(shape)] * 2
     # the chain graph's finish = its compute (whole µs, as Chakra stores it) + exposed comm
     compute_ns = sum(n.duration_micros for n in graphs[0] if n.type == NodeType.COMP_NODE) * 1000
@@ -56,8 +59,9 @@ def test_pcie_allreduce_far_above_nvlink_for_the_same_batch():
     shape = batch_shape([(512, 1024)], [2000] * 32)
     rtx = _timer("RTXPRO6000", 2)[2].time_shape(shape)
     b200 = _timer("B200", 2)[2].time_shape(shape)
-    # 160 all-reduces of 544 tokens x 8192 x 2 B: 35.2 GB/s PCIe vs 538.8 GB/s NVLink busbw
-    assert rtx.comm_ns == 160 * load_device("RTXPRO6000").allreduce_ns(544 * 8192 * 2, 2)
+    # 160 all-reduces of 544 tokens x 8192 x 2 B: 35.2 GB/s PCIe + 12.7 us vs 538.8 GB/s NVLink
+    d = load_device("RTXPRO6000")
+    assert rtx.comm_ns == 160 * (d.allreduce_ns(544 * 8192 * 2, 2) + 12700)
     assert rtx.comm_ns > 10 * b200.comm_ns
     assert rtx.comm_ns / rtx.total_ns > 0.15 and b200.comm_ns / b200.total_ns < 0.08
 
@@ -68,7 +72,7 @@ def test_pipeline_parallel_adds_send_recv():
     assert len(graphs) == 4
     assert any(n.type == NodeType.COMM_SEND_NODE for n in graphs[0])
     assert any(n.type == NodeType.COMM_RECV_NODE for n in graphs[2])
-    res = comm.sim.run(graphs)
+    res = comm.simulator_for(2000).run(graphs)
     assert res.finish_ns[2] > res.finish_ns[0]      # the second stage waits for the first
 
 
@@ -111,11 +115,34 @@ def test_70b_tp2_runs_on_both_platforms(tmp_path):
         assert rows[0].split(",")[-2] == "exposed_comm_s" and len(rows) > 20
 
 
-def test_fixed_collective_latency_only_without_a_residual_table():
-    """Residual tables already hold each collective's fixed cost; bundles without one get the
-    device's measured 12.7 us (4 KiB, 2 GPUs) per all-reduce."""
+def test_generic_collectives_pay_the_devices_measured_fixed_cost():
+    """Without a fitted model for the TP size, each all-reduce costs the device network's
+    ring time plus the measured 12.7 us of a 4 KiB 2-GPU all-reduce."""
     d = load_device("RTXPRO6000")
-    with_table = GraphCommModel(MODEL, d, 2, 1, residual_table=True)
-    without = GraphCommModel(MODEL, d, 2, 1, residual_table=False)
-    assert with_table.sim.collective_time_ns("all_reduce", 4096, [0, 1]) == d.allreduce_ns(4096, 2) == 115
-    assert without.sim.collective_time_ns("all_reduce", 4096, [0, 1]) == 12700 + 115
+    comm = GraphCommModel(MODEL, d, 2, 1)
+    assert d.allreduce_ns(4096, 2) == 115
+    assert comm.simulator_for(1).collective_time_ns("all_reduce", 4096, [0, 1]) == 12700 + 115
+
+
+def test_fitted_regimes_follow_vllms_dispatch_by_message_size():
+    """RTX PRO 6000 TP2: vLLM's custom all-reduce below 8 MiB, NCCL above, each
+    latency + bytes / bandwidth on the system simulator (floors of the ring closed form)."""
+    d = load_device("RTXPRO6000")
+    small, large = Regime(0.0, 28.15, 8 << 20), Regime(174.5, 34.97)
+    comm = GraphCommModel(MODEL, d, 2, 1, regimes=(small, large))
+    M = d.memory_bandwidth_gbs
+
+    def expect(r, size):
+        from llmservingsim.hardware import fit_link_bandwidth_gbs
+        bw = round(fit_link_bandwidth_gbs(r.bandwidth_gbs, M), 3)
+        return ring_allreduce_ns(size, 2, bw, r.latency_us * 1000 / 4, 2, 0, M)
+    for tokens in (4, 128, 511):                      # 8 KiB per token: custom all-reduce below 512
+        size = tokens * 8192 * 2
+        assert comm.simulator_for(tokens).collective_time_ns("all_reduce", size, [0, 1]) == expect(small, size)
+    for tokens in (512, 2048):
+        size = tokens * 8192 * 2
+        t = comm.simulator_for(tokens).collective_time_ns("all_reduce", size, [0, 1])
+        assert t == expect(large, size)
+        assert abs(t - (174_500 + size / 34.97)) < 0.01 * t      # latency + S / busbw
+    shape = batch_shape([], [1000] * 4)
+    assert comm.exposed_comm_ns(shape) == 160 * expect(small, 4 * 8192 * 2)

@@ -1,0 +1,145 @@
+"""Fits of the overhead model (``overhead_model``) to the measured step-residual tables.
+
+A bundle's ``step_overhead.csv`` (the AgentServeSim artifact: ``prefill_chunk, n_decode,
+wall_us, kernel_us, overhead_us``) times real vLLM steps of one prefill chunk plus
+``n_decode`` decodes, synchronous scheduling, against the sum of the bundle's profiled
+kernels (``kernel_us``, the artifact's simulator with log-space attention interpolation;
+ours interpolates linearly, within 1 % of it at the tables' shapes, docs/overhead-model.md)
+and, at TP > 1, a bandwidth-only all-reduce model (``wall - kernel - overhead`` equals
+(tokens x hidden x 2 B) x 2 x layers / 35.2 GB/s in every row). Here every row is reduced to
+``wall - kernel``: what a step costs beyond its kernels.
+
+Two fits:
+* ``fit_framework(rows)``: robust (Huber) least squares of
+  ``wall - kernel = step_us + prefill_us [pc > 0] + prefill_compute * kernel * pc / (pc + nd)``
+  over TP1 rows (no collectives), residuals relative to the step's wall time (a 2-second
+  prefill must not outweigh a 5 ms decode step), with leave-one-out residuals;
+* ``fit_collectives(rows, layers, hidden, framework)``: at TP2, the per-all-reduce cost
+  ``(wall - kernel - framework) / (2 layers)`` against the message size, split where vLLM
+  switches from its custom all-reduce to NCCL (8 MiB on 2 GPUs), a line
+  ``latency_us + bytes / bandwidth`` in each regime.
+"""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .overhead_model import Framework, Regime
+
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024     # vLLM CustomAllreduce max_size (world size 2)
+
+
+@dataclass(frozen=True)
+class Row:
+    pc: int
+    nd: int
+    wall_us: float
+    kernel_us: float
+
+    @property
+    def extra_us(self) -> float:
+        return self.wall_us - self.kernel_us
+
+
+def read_rows(path) -> list:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [Row(int(float(r["prefill_chunk"])), int(float(r["n_decode"])), float(r["wall_us"]),
+                    float(r["kernel_us"])) for r in csv.DictReader(f)]
+
+
+def _features(r: Row) -> list:
+    share = r.pc / (r.pc + r.nd) if r.pc + r.nd else 0.0
+    return [1.0, 1.0 if r.pc > 0 else 0.0, r.kernel_us * share]
+
+
+def huber_lstsq(X: np.ndarray, y: np.ndarray, iters: int = 50) -> np.ndarray:
+    """Iteratively reweighted least squares with Huber weights (c = 1.345 robust sigma):
+    a few bimodal measurements must not set the fit."""
+    w = np.ones(len(y))
+    coef = np.zeros(X.shape[1])
+    for _ in range(iters):
+        sw = np.sqrt(w)
+        coef, *_ = np.linalg.lstsq(X * sw[:, None], y * sw, rcond=None)
+        r = y - X @ coef
+        s = 1.4826 * np.median(np.abs(r - np.median(r))) + 1e-9
+        c = 1.345 * s
+        w_new = np.where(np.abs(r) <= c, 1.0, c / np.maximum(np.abs(r), 1e-12))
+        if np.allclose(w_new, w):
+            break
+        w = w_new
+    return coef
+
+
+def fit_framework(rows: list, fixed: dict | None = None) -> Framework:
+    """Framework terms from TP1 residual rows; ``fixed`` pins some terms (by name)."""
+    fixed = dict(fixed or {})
+    names = ["step_us", "prefill_us", "prefill_compute"]
+    X = np.array([_features(r) for r in rows])
+    y = np.array([r.extra_us for r in rows])
+    free = [i for i, n in enumerate(names) if n not in fixed]
+    for i, n in enumerate(names):
+        if n in fixed:
+            y = y - X[:, i] * fixed[n]
+    scale = 1.0 / np.array([r.wall_us for r in rows])
+    coef = huber_lstsq(X[:, free] * scale[:, None], y * scale) if free else np.zeros(0)
+    vals = dict(fixed)
+    vals.update({names[i]: float(c) for i, c in zip(free, coef)})
+    return Framework(**vals)
+
+
+def predict(fw: Framework, r: Row) -> float:
+    return fw.us(1 if r.pc else 0, r.pc, r.pc + r.nd, r.kernel_us)
+
+
+def leave_one_out(rows: list, fixed: dict | None = None) -> list:
+    """(row, prediction of the fit without it) for every row."""
+    out = []
+    for i, r in enumerate(rows):
+        fw = fit_framework(rows[:i] + rows[i + 1:], fixed)
+        out.append((r, predict(fw, r)))
+    return out
+
+
+def per_allreduce(rows: list, layers: int, hidden: int, framework: Framework, dtype_bytes: int = 2) -> list:
+    """(bytes, µs) of one all-reduce for every TP row: the step's cost beyond kernels and
+    framework overhead, shared by its 2 x layers all-reduces."""
+    pts = []
+    for r in rows:
+        size = (r.pc + r.nd) * hidden * dtype_bytes
+        pts.append((size, (r.extra_us - predict(framework, r)) / (2 * layers), r))
+    return pts
+
+
+def fit_line(pts: list) -> tuple:
+    """latency (µs, clamped at 0) and bandwidth (decimal GB/s) of ``t = latency + S / bw``."""
+    S = np.array([p[0] for p in pts], dtype=float)
+    t = np.array([p[1] for p in pts], dtype=float)
+    A = np.column_stack([np.ones_like(S), S])
+    (a, b), *_ = np.linalg.lstsq(A, t, rcond=None)
+    if a < 0 or S.max() < 2 * S.min():   # through the origin (or too narrow a range for an intercept)
+        a, b = 0.0, float(np.dot(S, t) / np.dot(S, S))
+    return float(a), float(1e-3 / b)
+
+
+def fit_collectives(rows: list, layers: int, hidden: int, framework: Framework) -> tuple:
+    """Two regimes of a 2-GPU all-reduce: vLLM's custom all-reduce below 8 MiB, NCCL above."""
+    pts = per_allreduce(rows, layers, hidden, framework)
+    small = [p for p in pts if p[0] < CUSTOM_ALLREDUCE_MAX_BYTES]
+    large = [p for p in pts if p[0] >= CUSTOM_ALLREDUCE_MAX_BYTES]
+    a_s, bw_s = fit_line(small)
+    a_l, bw_l = fit_line(large)
+    return (Regime(a_s, bw_s, CUSTOM_ALLREDUCE_MAX_BYTES), Regime(a_l, bw_l, None))
+
+
+def regime_us(regimes: tuple, size: int) -> float:
+    for r in regimes:
+        if r.max_bytes is None or size < r.max_bytes:
+            return r.latency_us + size / (r.bandwidth_gbs * 1e3)
+    raise AssertionError("the last regime is unbounded")
+
+
+def table_path(root: Path, hardware: str, model: str, tp: int) -> Path:
+    return Path(root) / hardware / model / "bf16" / f"tp{tp}" / "step_overhead.csv"

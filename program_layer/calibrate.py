@@ -1,0 +1,181 @@
+"""Fit a deployment's framework overhead to one real vLLM run, by simulation in the loop.
+
+``calibrate(cfg, real)`` searches the parameters of ``overhead_model.Framework`` (by default
+``step_us`` and ``prefill_us``) that make the simulation of the real run's workload match
+it: the objective is the sum over TTFT, TPOT and latency of 3 x (mean error)^2 plus the
+squared errors of p50, p90 and p99 (errors in %). The search is deterministic: a coarse grid
+over each parameter's range, then Nelder-Mead from the best grid point (scipy), clipped to
+the range. Each evaluation is one full simulation (about 0.5 s for a 300-request run).
+
+The result is a calibration file (``write_calibration``) that a config references with
+``calibration: CAL.yaml``; it replaces the device's fitted framework overhead for that
+config (``load_calibration``) and records what it was fitted on and the errors before and
+after.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+import yaml
+
+from llmservingsim.errors import ConfigError, ProfileError, parse_yaml
+from llmservingsim.overhead_model import FRAMEWORK_KEYS, Framework, parse_framework
+
+from .validate import STATS, compare, metrics, pair, sim_records
+
+# search range of each parameter: (low, high); the grid uses GRID points across it
+RANGES = {"step_us": (-3000.0, 10000.0), "prefill_us": (0.0, 20000.0), "prefill_compute": (-0.3, 1.0)}
+GRID = {1: 14, 2: 8, 3: 5}
+DEFAULT_PARAMS = ("step_us", "prefill_us")
+MEAN_WEIGHT = 3.0
+
+
+def objective(table: dict) -> float:
+    total = 0.0
+    for stats in table.values():
+        for stat in STATS:
+            e = stats[stat]["error_pct"]
+            if e is None:
+                continue
+            total += (MEAN_WEIGHT if stat == "mean" else 1.0) * e * e
+    return total
+
+
+@dataclass
+class Result:
+    framework: Framework
+    params: tuple
+    before: dict
+    after: dict
+    evaluations: int
+
+
+class Evaluator:
+    """Simulates ``cfg`` with a given framework overhead and compares with ``real``."""
+
+    def __init__(self, cfg: dict, real, config_path: Optional[str] = None):
+        from .run import build_simulation
+        from . import outputs
+        self._build, self._outputs = build_simulation, outputs
+        self.cfg, self.real, self.config_path = cfg, real, config_path
+        self.keyed = isinstance(real.records[0].key[0], str)
+        self.real_metrics = metrics(real.records)
+        self.evaluations = 0
+        self._memo: dict = {}
+
+    def table(self, fw: Framework) -> dict:
+        key = tuple(round(getattr(fw, k), 9) for k in FRAMEWORK_KEYS)
+        if key not in self._memo:
+            sim = self._build(self.cfg, framework=fw)
+            sim.run()
+            rows = self._outputs.call_rows(sim.cluster.finished_calls, sim.programs)
+            pairs = pair(self.real, sim_records(rows, self.keyed), self.config_path)
+            self._memo[key] = compare(self.real_metrics, metrics([s for _, s in pairs]))
+            self.evaluations += 1
+        return self._memo[key]
+
+
+def calibrate(cfg: dict, real, start: Framework, params=DEFAULT_PARAMS, config_path: Optional[str] = None,
+              max_evals: int = 200, progress: Optional[Callable[[int, float], None]] = None) -> Result:
+    """Fit ``params`` (names of Framework fields) starting from ``start``."""
+    params = tuple(params)
+    unknown = [p for p in params if p not in RANGES]
+    if not params or unknown or len(set(params)) != len(params):
+        raise ConfigError(f"calibration parameters must be distinct names among {', '.join(RANGES)}"
+                          + (f" (got {', '.join(unknown)})" if unknown else ""), key="--params")
+    ev = Evaluator(cfg, real, config_path)
+    lo = [RANGES[p][0] for p in params]
+    hi = [RANGES[p][1] for p in params]
+
+    def fw_of(x) -> Framework:
+        return replace(start, **{p: min(max(float(v), a), b) for p, v, a, b in zip(params, x, lo, hi)})
+
+    best = [float("inf"), None]
+
+    def f(x) -> float:
+        v = objective(ev.table(fw_of(x)))
+        if v < best[0]:
+            best[0], best[1] = v, [min(max(float(t), a), b) for t, a, b in zip(x, lo, hi)]
+        if progress is not None:
+            progress(ev.evaluations, best[0])
+        return v
+
+    before = ev.table(start)
+    n = GRID.get(len(params), 4)
+    axes = [[a + (b - a) * i / (n - 1) for i in range(n)] for a, b in zip(lo, hi)]
+    for x in itertools.product(*axes):
+        f(x)
+    try:
+        from scipy.optimize import minimize
+    except ImportError as exc:       # scipy is the [calibrate] extra
+        raise ConfigError("calibrate needs scipy: pip install 'agentservesim[calibrate]'", key="calibrate") from exc
+    step = [(b - a) / (n - 1) / 2 for a, b in zip(lo, hi)]
+    x0 = list(best[1])
+    simplex = [x0] + [[x0[j] + (step[j] if j == i else 0.0) for j in range(len(x0))] for i in range(len(x0))]
+    budget = max(max_evals - ev.evaluations, 0)
+    if budget:
+        minimize(f, x0, method="Nelder-Mead",
+                 options={"initial_simplex": simplex, "maxfev": budget, "xatol": 1e-3, "fatol": 1e-4})
+    fitted = fw_of(best[1])
+    return Result(fitted, params, before, ev.table(fitted), ev.evaluations)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_calibration(path: Path, result: Result, cfg: dict, real, config_path: str) -> None:
+    """A calibration file: what it applies to, the fitted framework, and its provenance."""
+    doc = {"calibration": {
+        "applies_to": {"hardware": cfg["hardware"], "model": cfg["model"], "tp": cfg["parallelism"]["tp"],
+                       "pp": cfg["parallelism"]["pp"]},
+        "framework": {k: round(v, 6) for k, v in asdict(result.framework).items()},
+        "fitted": list(result.params),
+        "fitted_on": {"real_run": str(real.path), "requests": len(real.records),
+                      "requests_sha256": _sha256(Path(real.path) / "requests.jsonl"), "config": str(config_path),
+                      "evaluations": result.evaluations},
+        "errors_pct_before": {m: {s: v["error_pct"] for s, v in st.items()} for m, st in result.before.items()},
+        "errors_pct_after": {m: {s: v["error_pct"] for s, v in st.items()} for m, st in result.after.items()},
+    }}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("# agentservesim calibrate: a deployment's framework overhead fitted to one real run\n"
+                   + yaml.safe_dump(doc, sort_keys=False))
+    tmp.replace(path)
+
+
+def load_calibration(path: Path, cfg: dict, overhead):
+    """``overhead`` with its framework replaced by the calibration file's; the file must
+    have been fitted for the config's hardware, model and parallelism."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the calibration file ({type(exc).__name__})", file=str(path),
+                          key="calibration") from None
+    raw = parse_yaml(text, file=str(path))
+    if not isinstance(raw, dict) or not isinstance(raw.get("calibration"), dict):
+        raise ConfigError("not a calibration file (no top-level 'calibration' mapping)", file=str(path),
+                          key="calibration")
+    cal = raw["calibration"]
+    want = {"hardware": cfg["hardware"], "model": cfg["model"], "tp": cfg["parallelism"]["tp"],
+            "pp": cfg["parallelism"]["pp"]}
+    got = cal.get("applies_to") or {}
+    for k, v in want.items():
+        if got.get(k) != v:
+            raise ConfigError(f"calibration fitted for {k}={got.get(k)!r}, but the config has {v!r}",
+                              file=str(path), key=f"calibration.applies_to.{k}")
+    try:
+        fw = parse_framework(cal.get("framework") or {}, str(path), "calibration.framework")
+    except ProfileError as exc:
+        raise ConfigError(exc.message, file=exc.file, key=exc.key) from None
+    return replace(overhead, framework=fw, source=f"calibration {path.name}")

@@ -1,0 +1,183 @@
+"""Reproduce the shipped overhead fits: ``python -m program_layer.fit_overhead [--write]``.
+
+Prints every fit with its data and leave-one-out residuals; ``--write`` also rewrites
+``hardware/overhead/*.yaml`` and the generated ``docs/overhead-fit.md``. The data are the
+residual tables of the measured bundles (profiles/*/*/*/bf16/tp*/step_overhead.csv). The dev
+cell (examples/validation/RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10, a real vLLM 0.19 run)
+is not fitted: it checks the transferred per-prefill cost out of sample, and its own
+in-sample best fit is printed beside it for comparison.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from llmservingsim.model_config import load_model
+from llmservingsim.overhead_fit import (fit_collectives, fit_framework, leave_one_out, per_allreduce, predict,
+                                        read_rows, regime_us, table_path)
+from llmservingsim.overhead_model import Framework
+from llmservingsim.paths import examples_dir, hardware_dir, profiles_dir, project_root
+
+DEV_CELL = "validation/RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10"
+B200_TABLES = [("meta-llama/Llama-3.1-8B", 1), ("meta-llama/Llama-3.1-70B", 1)]
+RTX_TP1_TABLE = ("meta-llama/Llama-3.1-8B", 1)
+RTX_TP2_TABLE = ("meta-llama/Llama-3.1-70B", 2)
+
+
+def _rows(hw, model, tp):
+    return read_rows(table_path(profiles_dir(), hw, model, tp))
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:+.2f}"
+
+
+def _table_rows_md(fw: Framework, rows: list, label: str, fixed: dict | None = None) -> list:
+    loo = leave_one_out(rows, fixed)
+    out = ["| model | prefill chunk | decodes | kernels ms | wall - kernels ms | fit ms | leave-one-out ms |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for r, p in loo:
+        out.append(f"| {label} | {r.pc} | {r.nd} | {r.kernel_us / 1000:.2f} | {_ms(r.extra_us)} | "
+                   f"{_ms(predict(fw, r))} | {_ms(p)} |")
+    err = [abs(p - r.extra_us) / r.wall_us for r, p in loo]
+    out.append(f"\nLeave-one-out |error| relative to the step: median {100 * statistics.median(err):.1f} %, "
+               f"max {100 * max(err):.1f} %.\n")
+    return out
+
+
+def fit_b200(out: list) -> tuple:
+    """The per-prefill host cost from the one table with small chunks (B200 Llama-3.1-8B, 64 to
+    1,900 tokens); each B200 bundle's other terms from its own table with that cost fixed."""
+    rows8 = _rows("B200", *B200_TABLES[0])
+    fw8 = fit_framework(rows8)
+    out.append("## Per-prefill host cost and B200 (TP1 tables, Huber least squares on residuals relative "
+               "to the step)\n")
+    out.append(f"B200 Llama-3.1-8B (chunks 64-16,384 with 4-120 decodes): step_us = {fw8.step_us:.0f}, "
+               f"prefill_us = {fw8.prefill_us:.0f}, prefill_compute = {fw8.prefill_compute:.4f}\n")
+    out += _table_rows_md(fw8, rows8, "Llama-3.1-8B")
+    fixed = {"prefill_us": fw8.prefill_us}
+    rows70 = _rows("B200", *B200_TABLES[1])
+    fw70 = fit_framework(rows70, fixed)
+    out.append(f"B200 Llama-3.1-70B (chunks 1,024-16,368 only), prefill_us fixed at {fw8.prefill_us:.0f}: "
+               f"step_us = {fw70.step_us:.0f}, prefill_compute = {fw70.prefill_compute:.4f}\n")
+    out += _table_rows_md(fw70, rows70, "Llama-3.1-70B", fixed)
+    out.append(f"prefill_compute differs by model ({fw8.prefill_compute:.3f} vs {fw70.prefill_compute:.3f}): "
+               "each B200 bundle keeps its own terms (`models:`).\n")
+    return fw8, fw70
+
+
+def fit_rtx(out: list, prefill_us: float) -> Framework:
+    from .calibrate import calibrate
+    from .config import load_config
+    from .validate import load_real
+
+    rows = _rows("RTXPRO6000", *RTX_TP1_TABLE)
+    decode = [r.extra_us for r in rows if r.pc == 0]
+    prefill = [(r, r.extra_us / r.kernel_us) for r in rows if r.pc > 0]
+    out.append("## RTX PRO 6000 framework\n")
+    out.append(f"Its TP1 table (Llama-3.1-8B) has decode rows at 4-16 decodes: wall - kernels = "
+               f"{', '.join(_ms(v) for v in decode)} ms (mean {_ms(statistics.mean(decode))}): step_us = 0. "
+               f"Its prefill rows start at 4,096-token chunks: relative residual "
+               f"{', '.join(f'{100 * x:+.1f} %' for _, x in prefill)} (chunks "
+               f"{', '.join(str(r.pc) for r, _ in prefill)}): no consistent factor, prefill_compute = 0.")
+    fw = Framework(0.0, prefill_us, 0.0)
+    cell = examples_dir() / DEV_CELL
+    cfg = load_config(str(cell) + ".yaml")
+    real = load_real(cell)
+    from .calibrate import Evaluator
+    t = Evaluator(cfg, real).table(fw)
+    e = lambda tab, m, s: tab[m][s]["error_pct"]
+    out.append(f"\nprefill_us = {prefill_us:.0f}, the per-prefill host cost of the B200 fit (the same vLLM "
+               f"0.19 path; this device's table has no small chunks). The dev cell, not used in any fit, "
+               f"checks it out of sample: TTFT / TPOT / latency errors mean "
+               f"{e(t, 'ttft_s', 'mean'):+.2f} / {e(t, 'tpot_s', 'mean'):+.2f} / {e(t, 'latency_s', 'mean'):+.2f} %, "
+               f"p50 {e(t, 'ttft_s', 'p50'):+.2f} / {e(t, 'tpot_s', 'p50'):+.2f} / {e(t, 'latency_s', 'p50'):+.2f} %, "
+               f"p90 {e(t, 'ttft_s', 'p90'):+.2f} / {e(t, 'tpot_s', 'p90'):+.2f} / {e(t, 'latency_s', 'p90'):+.2f} %, "
+               f"p99 {e(t, 'ttft_s', 'p99'):+.2f} / {e(t, 'tpot_s', 'p99'):+.2f} / {e(t, 'latency_s', 'p99'):+.2f} %.")
+    res = calibrate(cfg, real, replace(fw, prefill_us=0.0), ("prefill_us",), max_evals=60)
+    out.append(f"For comparison, the dev cell's own best fit (`agentservesim calibrate examples/{DEV_CELL} "
+               f"--params prefill_us`, in sample) is prefill_us = {res.framework.prefill_us:.0f}: mean errors "
+               f"{e(res.after, 'ttft_s', 'mean'):+.2f} / {e(res.after, 'tpot_s', 'mean'):+.2f} / "
+               f"{e(res.after, 'latency_s', 'mean'):+.2f} %; with no framework overhead at all: "
+               f"{e(res.before, 'ttft_s', 'mean'):+.2f} / {e(res.before, 'tpot_s', 'mean'):+.2f} / "
+               f"{e(res.before, 'latency_s', 'mean'):+.2f} %.")
+    return fw
+
+
+def fit_rtx_tp2(out: list, fw: Framework):
+    model = load_model(RTX_TP2_TABLE[0])
+    rows = _rows("RTXPRO6000", *RTX_TP2_TABLE)
+    regimes = fit_collectives(rows, model.num_layers, model.hidden_size, fw)
+    out.append("\n## RTX PRO 6000 TP2 collectives (Llama-3.1-70B TP2 table)\n")
+    out.append("Per all-reduce = (wall - kernels - framework) / 160 (80 layers x 2):")
+    for r in regimes:
+        bound = f"below {r.max_bytes} B (vLLM custom all-reduce)" if r.max_bytes else "above (NCCL)"
+        out.append(f"- {bound}: latency {r.latency_us:.1f} us, bandwidth {r.bandwidth_gbs:.2f} GB/s")
+    out.append("\n| prefill chunk | decodes | bytes | per all-reduce us | fit us | leave-one-chunk-out us |")
+    out.append("|---:|---:|---:|---:|---:|---:|")
+    pts = per_allreduce(rows, model.num_layers, model.hidden_size, fw)
+    for size, t, r in pts:
+        reg2 = fit_collectives([x for x in rows if x.pc != r.pc], model.num_layers, model.hidden_size, fw)
+        out.append(f"| {r.pc} | {r.nd} | {size} | {t:.1f} | {regime_us(regimes, size):.1f} | {regime_us(reg2, size):.1f} |")
+    return regimes
+
+
+def _fw_lines(fw: Framework, indent: str) -> list:
+    return [f"{indent}step_us: {fw.step_us:.1f}", f"{indent}prefill_us: {fw.prefill_us:.1f}",
+            f"{indent}prefill_compute: {fw.prefill_compute:.4f}"]
+
+
+def overhead_yaml(device: str, fw: Framework, provenance: str, regimes=None, models=None) -> str:
+    lines = [f"# Overhead model of {device} deployments (llmservingsim/overhead_model.py). Generated by",
+             "# `python -m program_layer.fit_overhead --write`; docs/overhead-model.md explains each term.",
+             f"device: {device}",
+             "provenance: >-", f"  {provenance}",
+             "framework:", *_fw_lines(fw, "  ")]
+    if models:
+        lines.append("models:")
+        for name, mfw in models.items():
+            lines += [f"  {name}:", *_fw_lines(mfw, "    ")]
+    if regimes:
+        lines.append("collectives:")
+        lines.append("  tp2:")
+        for r in regimes:
+            mb = f"max_bytes: {r.max_bytes}, " if r.max_bytes else ""
+            lines.append(f"    - {{{mb}latency_us: {r.latency_us:.1f}, bandwidth_gbs: {r.bandwidth_gbs:.2f}}}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m program_layer.fit_overhead", description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="rewrite hardware/overhead/*.yaml and docs/overhead-fit.md")
+    args = ap.parse_args(argv)
+    out = ["# Overhead fits (generated by `python -m program_layer.fit_overhead --write`; do not edit)\n"]
+    b200_8b, b200_70b = fit_b200(out)
+    rtx = fit_rtx(out, b200_8b.prefill_us)
+    regimes = fit_rtx_tp2(out, rtx)
+    text = "\n".join(out) + "\n"
+    print(text)
+    if args.write:
+        d = hardware_dir() / "overhead"
+        d.mkdir(exist_ok=True)
+        (d / "B200.yaml").write_text(overhead_yaml(
+            "B200", b200_8b, "framework fitted on the B200 Llama-3.1-8B TP1 step_overhead.csv table, and the "
+            "Llama-3.1-70B terms on its own table (Huber least squares); collectives: the device file's NVLink "
+            "model (no TP>1 table).", models={B200_TABLES[1][0]: b200_70b}))
+        (d / "RTXPRO6000.yaml").write_text(overhead_yaml(
+            "RTXPRO6000", rtx, "step_us and prefill_compute from the Llama-3.1-8B TP1 table (both 0 within its "
+            "noise), prefill_us the per-prefill host cost of the B200 Llama-3.1-8B fit (no small chunks in this "
+            "device's tables; the dev cell checks it out of sample); TP2 collectives fitted on the "
+            "Llama-3.1-70B TP2 table.", regimes))
+        for dev in ("RTX4090", "H100", "H200"):
+            (d / f"{dev}.yaml").write_text(overhead_yaml(
+                dev, replace(rtx, prefill_compute=0.0), "no measurement on this device: the per-prefill host cost "
+                "of the B200 Llama-3.1-8B fit (the same vLLM 0.19 host-side work), no step or prefill-compute "
+                "term; collectives: the device file's NCCL model."))
+        (project_root() / "docs" / "overhead-fit.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
