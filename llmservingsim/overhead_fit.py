@@ -124,11 +124,22 @@ def fit_line(pts: list) -> tuple:
     return float(a), float(1e-3 / b)
 
 
-def fit_collectives(rows: list, layers: int, hidden: int, framework: Framework) -> tuple:
-    """Two regimes of a 2-GPU all-reduce: vLLM's custom all-reduce below 8 MiB, NCCL above."""
+def implausible(pts: list, busbw_gbs: float) -> list:
+    """Points whose all-reduce would beat the measured NCCL bus bandwidth of the pair: no
+    collective does, so the step's kernel sum (not the collective) is off there."""
+    return [p for p in pts if p[1] < p[0] / (busbw_gbs * 1e3)]
+
+
+def fit_collectives(rows: list, layers: int, hidden: int, framework: Framework,
+                    busbw_gbs: float | None = None) -> tuple:
+    """Two regimes of a 2-GPU all-reduce: vLLM's custom all-reduce below 8 MiB, NCCL above.
+    NCCL points faster than the measured bus bandwidth ``busbw_gbs`` are left out."""
     pts = per_allreduce(rows, layers, hidden, framework)
     small = [p for p in pts if p[0] < CUSTOM_ALLREDUCE_MAX_BYTES]
     large = [p for p in pts if p[0] >= CUSTOM_ALLREDUCE_MAX_BYTES]
+    if busbw_gbs is not None:
+        bad = {id(p) for p in implausible(large, busbw_gbs)}
+        large = [p for p in large if id(p) not in bad] or large
     a_s, bw_s = fit_line(small)
     a_l, bw_l = fit_line(large)
     return (Regime(a_s, bw_s, CUSTOM_ALLREDUCE_MAX_BYTES), Regime(a_l, bw_l, None))

@@ -2,10 +2,13 @@
 
 ``calibrate(cfg, real)`` searches the parameters of ``overhead_model.Framework`` (by default
 ``step_us`` and ``prefill_us``) that make the simulation of the real run's workload match
-it: the objective is the sum over TTFT, TPOT and latency of 3 x (mean error)^2 plus the
-squared errors of p50, p90 and p99 (errors in %). The search is deterministic: a coarse grid
-over each parameter's range, then Nelder-Mead from the best grid point (scipy), clipped to
-the range. Each evaluation is one full simulation (about 0.5 s for a 300-request run).
+it. The objective, over TTFT, TPOT and latency (errors in %): 3 x (mean error)^2 plus the
+squared errors of p50, p90 and p99, plus the mean squared per-request error relative to the
+metric's real mean (request by request, which separates terms that trade off in the
+aggregates: a per-step cost weighs on long decodes, a per-prefill cost on short requests).
+The search is deterministic: a coarse grid over each parameter's range, then Nelder-Mead from
+the best grid point (scipy), clipped to the range. Each evaluation is one full simulation
+(about 0.5 s for a 300-request run).
 
 The result is a calibration file (``write_calibration``) that a config references with
 ``calibration: CAL.yaml``; it replaces the device's fitted framework overhead for that
@@ -34,7 +37,7 @@ DEFAULT_PARAMS = ("step_us", "prefill_us")
 MEAN_WEIGHT = 3.0
 
 
-def objective(table: dict) -> float:
+def objective(table: dict, pairs: Optional[list] = None) -> float:
     total = 0.0
     for stats in table.values():
         for stat in STATS:
@@ -42,6 +45,12 @@ def objective(table: dict) -> float:
             if e is None:
                 continue
             total += (MEAN_WEIGHT if stat == "mean" else 1.0) * e * e
+    if pairs:
+        for attr in ("ttft", "latency", "tpot"):
+            vals = [(getattr(r, attr), getattr(s, attr)) for r, s in pairs if getattr(r, attr) is not None]
+            scale = sum(rv for rv, _ in vals) / len(vals) if vals else 0.0
+            if scale > 0:
+                total += sum((100.0 * (sv - rv) / scale) ** 2 for rv, sv in vals) / len(vals)
     return total
 
 
@@ -67,16 +76,20 @@ class Evaluator:
         self.evaluations = 0
         self._memo: dict = {}
 
-    def table(self, fw: Framework) -> dict:
+    def evaluate(self, fw: Framework) -> tuple:
+        """(table, request pairs) of the simulation with ``fw`` (memoised)."""
         key = tuple(round(getattr(fw, k), 9) for k in FRAMEWORK_KEYS)
         if key not in self._memo:
             sim = self._build(self.cfg, framework=fw)
             sim.run()
             rows = self._outputs.call_rows(sim.cluster.finished_calls, sim.programs)
             pairs = pair(self.real, sim_records(rows, self.keyed), self.config_path)
-            self._memo[key] = compare(self.real_metrics, metrics([s for _, s in pairs]))
+            self._memo[key] = (compare(self.real_metrics, metrics([s for _, s in pairs])), pairs)
             self.evaluations += 1
         return self._memo[key]
+
+    def table(self, fw: Framework) -> dict:
+        return self.evaluate(fw)[0]
 
 
 def calibrate(cfg: dict, real, start: Framework, params=DEFAULT_PARAMS, config_path: Optional[str] = None,
@@ -97,7 +110,7 @@ def calibrate(cfg: dict, real, start: Framework, params=DEFAULT_PARAMS, config_p
     best = [float("inf"), None]
 
     def f(x) -> float:
-        v = objective(ev.table(fw_of(x)))
+        v = objective(*ev.evaluate(fw_of(x)))
         if v < best[0]:
             best[0], best[1] = v, [min(max(float(t), a), b) for t, a, b in zip(x, lo, hi)]
         if progress is not None:

@@ -107,11 +107,18 @@ def fit_rtx(out: list, prefill_us: float) -> Framework:
 
 
 def fit_rtx_tp2(out: list, fw: Framework):
+    from llmservingsim.hardware import load_device
+    from llmservingsim.overhead_fit import implausible
     model = load_model(RTX_TP2_TABLE[0])
     rows = _rows("RTXPRO6000", *RTX_TP2_TABLE)
-    regimes = fit_collectives(rows, model.num_layers, model.hidden_size, fw)
+    busbw = load_device("RTXPRO6000").nccl_allreduce_busbw_gbs
+    regimes = fit_collectives(rows, model.num_layers, model.hidden_size, fw, busbw)
     out.append("\n## RTX PRO 6000 TP2 collectives (Llama-3.1-70B TP2 table)\n")
-    out.append("Per all-reduce = (wall - kernels - framework) / 160 (80 layers x 2):")
+    out.append("Per all-reduce = (wall - kernels - framework) / 160 (80 layers x 2). NCCL points faster than "
+               f"the pair's measured bus bandwidth ({busbw} GB/s) are physically impossible (the kernel sum is "
+               "off there) and left out of the fit: "
+               + (", ".join(sorted({f"chunk {p[2].pc}" for p in implausible(per_allreduce(rows, model.num_layers,
+                  model.hidden_size, fw), busbw) if p[0] >= 8 << 20})) or "none") + ".")
     for r in regimes:
         bound = f"below {r.max_bytes} B (vLLM custom all-reduce)" if r.max_bytes else "above (NCCL)"
         out.append(f"- {bound}: latency {r.latency_us:.1f} us, bandwidth {r.bandwidth_gbs:.2f} GB/s")
@@ -119,7 +126,7 @@ def fit_rtx_tp2(out: list, fw: Framework):
     out.append("|---:|---:|---:|---:|---:|---:|")
     pts = per_allreduce(rows, model.num_layers, model.hidden_size, fw)
     for size, t, r in pts:
-        reg2 = fit_collectives([x for x in rows if x.pc != r.pc], model.num_layers, model.hidden_size, fw)
+        reg2 = fit_collectives([x for x in rows if x.pc != r.pc], model.num_layers, model.hidden_size, fw, busbw)
         out.append(f"| {r.pc} | {r.nd} | {size} | {t:.1f} | {regime_us(regimes, size):.1f} | {regime_us(reg2, size):.1f} |")
     return regimes
 
