@@ -6,7 +6,7 @@ the program layer's Orchestrator drives it through the engine API and the four h
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -199,6 +199,11 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
         "prefix_cache_hit_rate": round(hits / queries, 6) if queries else 0.0,
         "kv_pool_tokens": sim.memory.kv_pool_tokens,
         "memory": sim.memory.breakdown(),
+        "step_overhead": {"source": sim.overhead.source,
+                          "framework": {k: round(v, 6) for k, v in asdict(sim.overhead.framework).items()},
+                          "collectives": [{"max_bytes": r.max_bytes, "latency_us": r.latency_us,
+                                           "bandwidth_gbs": r.bandwidth_gbs}
+                                          for r in (sim.timer.comm.regimes if sim.timer.comm is not None else ())]},
         "energy_j": round(energy, 3),
         "steps": sum(inst.num_steps for inst in sim.cluster.instances),
         "engine": {k: sim.engine[k] for k in sorted(sim.engine)},
