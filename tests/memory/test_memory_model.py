@@ -150,3 +150,17 @@ def test_budget_balances_and_is_monotone(util, seqs, tokens, tp):
     # more utilization never shrinks the pool; a bigger profile batch never grows it
     assert plan_memory(L8, dev, tp, 1, 16, min(util + 0.02, 0.97), tokens, seqs).num_blocks >= plan.num_blocks
     assert plan_memory(L8, dev, tp, 1, 16, util, tokens * 2, seqs).num_blocks <= plan.num_blocks
+
+
+def test_forward_bound_anchor_codellama_7b(tmp_path):
+    """A 32k vocabulary makes the forward pass set the peak (vLLM 0.19.0, H100, logged
+    "GPU KV cache size: 126,256 tokens", torch peak 0.77 GiB)."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32, '
+                   '"num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32016, '
+                   '"max_position_embeddings": 16384, "model_type": "llama", "torch_dtype": "bfloat16"}')
+    m = load_model(str(cfg))
+    dev = load_device("H100")
+    assert activation_peak_bytes(m, 1, 8192, 1024, dev.sm_count) == forward_peak_bytes(m, 1, 8192)
+    plan = plan_memory(m, dev, 1, 1, 16, 0.95, 8192, 1024)
+    assert abs(plan.gpu_kv_cache_tokens / 126_256 - 1) < 0.01
