@@ -95,3 +95,24 @@ def test_cli_calibrate_then_validate_within_tolerance(synthetic, tmp_path):
     assert "after (prefill_us = " in r.stdout and (tmp_path / "cal.yaml").is_file()
     r = run("calibrate", str(d / "real"), "--config", str(d / "c.yaml"), "--out", str(tmp_path), "--params", "x")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "cannot read the calibration file"),
+    ("calibration:\n  applies_to: {hardware: RTXPRO6000}\n  framework: {step_us: fast}\n",
+     "key 'calibration.framework.step_us': expected a finite number"),
+    ("hello: 1\n", "not a calibration file"),
+    (b"\xff\xfe", "cannot read the calibration file (UnicodeDecodeError)"),
+])
+def test_bad_calibration_files_are_one_line_exit_2(synthetic, tmp_path, content, message):
+    d, _, _ = synthetic
+    cal = tmp_path / "cal.yaml"
+    if isinstance(content, bytes):
+        cal.write_bytes(content)
+    elif content is not None:
+        cal.write_text(content)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((d / "c.yaml").read_text().replace("w.jsonl", str(d / "w.jsonl")) + f"calibration: {cal.name}\n")
+    r = subprocess.run([sys.executable, "-m", "program_layer.cli", "run", str(cfg), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr, r.stderr

@@ -57,6 +57,21 @@ def test_arrival_during_a_step(async_scheduling, b_first_scheduled):
     assert kv.num_free_blocks == kv.pool.num_usable
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_queued_is_when_the_engine_loop_ingests_the_request(async_scheduling):
+    """vLLM's queued_ts: an idle engine ingests at the release; a busy one at the end of the
+    step in flight (its loop reads the input queue between steps)."""
+    cluster = make_cluster(async_scheduling)
+    cluster.submit(0, call(0, 20, 4), request_id=0)
+    cluster.schedule(STEP // 2, lambda: cluster.submit(0, call(1, 20, 4), request_id=1))
+    cluster.schedule(10 * STEP + 7, lambda: cluster.submit(0, call(2, 20, 2), request_id=2))   # idle again
+    cluster.run()
+    done = {fc.info.request_id: fc for fc in cluster.finished_calls}
+    assert done[0].queued_ns == 0
+    assert done[1].queued_ns == STEP              # released at 500 ns, step 0 ends at 1000
+    assert done[2].queued_ns == 10 * STEP + 7
+
+
 def test_finished_call_records_cache_hits_and_preemptions():
     cluster = make_cluster(False)
     ids = list(range(100))
