@@ -29,7 +29,7 @@ from astrasim.config.system import parse_system
 from astrasim.network import AnalyticalNetwork
 
 from .hardware import HOPS, fit_link_bandwidth_gbs
-from .overhead_model import Regime
+from .overhead_model import Regime, regime_for
 from .perf_model import BatchShape, PerformanceModel
 
 ATTN_OPS = ("layernorm", "qkv_proj", "rotary_emb", "qk_norm", "o_proj")
@@ -88,10 +88,7 @@ class GraphCommModel:
         self._memo: dict[int, int] = {}
 
     def _index(self, size_bytes: int) -> int:
-        for i, r in enumerate(self.regimes):
-            if r.max_bytes is None or size_bytes < r.max_bytes:
-                return i
-        return len(self.regimes) - 1
+        return self.regimes.index(regime_for(self.regimes, size_bytes))
 
     def simulator_for(self, tokens: int) -> SystemSimulator:
         """The simulator that times this step's collectives (by their message size)."""

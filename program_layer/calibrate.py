@@ -71,7 +71,6 @@ class Evaluator:
         from . import outputs
         self._build, self._outputs = build_simulation, outputs
         self.cfg, self.real, self.config_path = cfg, real, config_path
-        self.keyed = isinstance(real.records[0].key[0], str)
         self.real_metrics = metrics(real.records)
         self.evaluations = 0
         self._memo: dict = {}
@@ -83,7 +82,7 @@ class Evaluator:
             sim = self._build(self.cfg, framework=fw)
             sim.run()
             rows = self._outputs.call_rows(sim.cluster.finished_calls, sim.programs)
-            pairs = pair(self.real, sim_records(rows, self.keyed), self.config_path)
+            pairs = pair(self.real, sim_records(rows, self.real.keyed), self.config_path)
             self._memo[key] = (compare(self.real_metrics, metrics([s for _, s in pairs])), pairs)
             self.evaluations += 1
         return self._memo[key]

@@ -10,10 +10,12 @@ in-sample best fit is printed beside it for comparison.
 from __future__ import annotations
 
 import argparse
+import bisect
 import statistics
 from dataclasses import replace
 from pathlib import Path
 
+from llmservingsim import perf_model
 from llmservingsim.model_config import load_model
 from llmservingsim.overhead_fit import (fit_collectives, fit_framework, leave_one_out, per_allreduce, predict,
                                         read_rows, regime_us, table_path)
@@ -155,15 +157,30 @@ def overhead_yaml(device: str, fw: Framework, provenance: str, regimes=None, mod
     return "\n".join(lines) + "\n"
 
 
+def _floor_pc_alpha(self, b, mean_kv):
+    """The skew lookup before this change: the chunk's bucket at the grid value below it."""
+    sk = self.bundle.skew
+    if sk is None:
+        return 0.0
+    pcs = sorted(sk.pc_set)
+    pc = pcs[max(bisect.bisect_right(pcs, b.prefill_tokens) - 1, 0)] if b.prefill_tokens and pcs else 0.0
+    rate = (mean_kv - b.decode_kv_min) / (b.decode_kv_max - b.decode_kv_min)
+    label = perf_model._label
+    key = (pc, label(sk.n_bins, sk.n_labels, b.num_decodes), label(sk.sr_bins, sk.sr_labels, rate),
+           label(sk.kvb_bins, sk.kvb_labels, b.decode_kv_max), label(sk.kp_bins, sk.kp_labels, b.prefill_ctx))
+    return sk.table.get(key, sk.alpha_default)
+
+
 def ablation() -> str:
-    """The dev cell with each term of this model switched off in turn (mean errors)."""
-    from llmservingsim import perf_model
+    """The dev cell (mean / p50 errors) with each term of the model switched off in turn."""
+    from . import outputs
     from .calibrate import Evaluator
     from .config import load_config
-    from .validate import load_real
+    from .run import build_simulation
+    from .validate import compare, load_real, metrics, pair, sim_records
     cell = examples_dir() / DEV_CELL
     cfg, real = load_config(str(cell) + ".yaml"), load_real(cell)
-    shipped = build_framework_for(cfg)
+    shipped = build_simulation(cfg).overhead.framework
     rows = []
 
     def row(name, table):
@@ -171,43 +188,21 @@ def ablation() -> str:
                                                  for m in ("ttft_s", "tpot_s", "latency_s")) + " |")
     row("shipped model", Evaluator(cfg, real).table(shipped))
     row("prefill_us off (no framework overhead)", Evaluator(cfg, real).table(replace(shipped, prefill_us=0.0)))
-    orig = perf_model.PerformanceModel._alpha
-
-    def floor_pc_alpha(self, b, mean_kv):           # the lookup before this change
-        sk = self.bundle.skew
-        if sk is None:
-            return 0.0
-        pcs = sorted(sk.pc_set)
-        import bisect
-        pc = pcs[max(bisect.bisect_right(pcs, b.prefill_tokens) - 1, 0)] if b.prefill_tokens and pcs else 0.0
-        rate = (mean_kv - b.decode_kv_min) / (b.decode_kv_max - b.decode_kv_min)
-        L = perf_model._label
-        key = (pc, L(sk.n_bins, sk.n_labels, b.num_decodes), L(sk.sr_bins, sk.sr_labels, rate),
-               L(sk.kvb_bins, sk.kvb_labels, b.decode_kv_max), L(sk.kp_bins, sk.kp_labels, b.prefill_ctx))
-        return sk.table.get(key, sk.alpha_default)
-    perf_model.PerformanceModel._alpha = floor_pc_alpha
+    alpha = perf_model.PerformanceModel._alpha
+    perf_model.PerformanceModel._alpha = _floor_pc_alpha
     try:
         row("skew alpha at the chunk's grid floor (before)", Evaluator(cfg, real).table(shipped))
     finally:
-        perf_model.PerformanceModel._alpha = orig
-    from . import outputs
-    from .run import build_simulation
-    from .validate import compare, metrics, pair, sim_records
+        perf_model.PerformanceModel._alpha = alpha
     sim = build_simulation(cfg)
     sim.run()
     calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)
     for c in calls:                  # measured from the release instead of vLLM's queued_ts
         c["queued_s"] = c["release_s"]
     pairs = pair(real, sim_records(calls, False))
-    row("TTFT and latency from the release, not queued_ts (before)", compare(metrics(real.records),
-                                                                            metrics([x for _, x in pairs])))
-    head = ("| dev cell, mean / p50 error | TTFT | TPOT | latency |\n|---|---:|---:|---:|")
-    return head + "\n" + "\n".join(rows) + "\n"
-
-
-def build_framework_for(cfg) -> Framework:
-    from .run import build_simulation
-    return build_simulation(cfg).overhead.framework
+    row("TTFT and latency from the release, not queued_ts (before)",
+        compare(metrics(real.records), metrics([x for _, x in pairs])))
+    return "| dev cell, mean / p50 error | TTFT | TPOT | latency |\n|---|---:|---:|---:|\n" + "\n".join(rows) + "\n"
 
 
 def main(argv=None) -> int:

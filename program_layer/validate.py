@@ -57,6 +57,11 @@ class RealRun:
     meta: dict = field(default_factory=dict)
     timeseries: list = field(default_factory=list)    # rows of timeseries.csv, when the run has one
 
+    @property
+    def keyed(self) -> bool:
+        """Records carry (program_id, call_index): pair by them, not by position."""
+        return isinstance(self.records[0].key[0], str)
+
 
 def _number(r: dict, key: str, file: str, line: int):
     v = r.get(key)

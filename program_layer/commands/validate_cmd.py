@@ -35,8 +35,7 @@ def simulate_and_compare(cfg: dict, real, out: Path, config_path: str):
     run_config(cfg, out)
     with open(out / "calls.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    keyed = bool(real.records) and isinstance(real.records[0].key[0], str)
-    pairs = pair(real, sim_records(rows, keyed), config_path)
+    pairs = pair(real, sim_records(rows, real.keyed), config_path)
     table = compare(metrics([r for r, _ in pairs]), metrics([s for _, s in pairs]))
     return table, pairs
 
