@@ -40,6 +40,10 @@ class MetricsCollector:
         self.trace_rows: Optional[list] = [] if trace else None
         self.prompt_tokens = 0
         self.gen_tokens = 0
+        # where busy time went, over all steps: profiled compute, exposed communication, overhead
+        self.compute_ns = 0
+        self.comm_ns = 0
+        self.overhead_ns = 0
 
     def on_step(self, inst, out, now: int, timing) -> None:
         prompt = gen = npf = nd = 0
@@ -66,6 +70,9 @@ class MetricsCollector:
         s.gen_tokens[b1] += gen
         self.prompt_tokens += prompt
         self.gen_tokens += gen
+        self.compute_ns += timing.compute_ns
+        self.comm_ns += timing.comm_ns
+        self.overhead_ns += timing.overhead_ns
         t = now
         for b in range(b0, b1 + 1):
             edge = min(end, (b + 1) * NS_PER_S)

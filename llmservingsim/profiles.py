@@ -58,6 +58,7 @@ class ProfileBundle:
     attention: AttentionTables
     skew: Optional[SkewFit]
     moe: Optional[GridND] = None
+    provenance: str = "measured"     # or "derived from tp<N>" (PROVENANCE.md of a derived bundle)
 
 
 def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict]:
@@ -180,6 +181,17 @@ def _moe(path: Path) -> GridND:
     return GridND([toks, experts], vals)
 
 
+def _provenance(tp_dir: Path) -> str:
+    """"measured", or "derived from tp<N>" when the folder's PROVENANCE.md (written by
+    ``derive_bundle``) says it was generated from another TP degree."""
+    note = tp_dir / "PROVENANCE.md"
+    if not note.is_file():
+        return "measured"
+    import re
+    m = re.search(r"Generated from \.\./tp(\d+)", note.read_text(encoding="utf-8", errors="replace"))
+    return f"derived from tp{m.group(1)}" if m else "derived"
+
+
 def bundle_dir(hardware: str, model: str, variant: str = "bf16", root: Optional[Path] = None) -> Path:
     return Path(root or profiles_dir()) / hardware / model / variant
 
@@ -212,5 +224,6 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
                            skew=_skew(meta, tp, tp_dir / "skew_fit.csv", meta_path))
     if (tp_dir / "moe.csv").exists():
         bundle.moe = _moe(tp_dir / "moe.csv")
+    bundle.provenance = _provenance(tp_dir)
     _CACHE[key] = bundle
     return bundle

@@ -121,10 +121,8 @@ def calibrate(cfg: dict, real, start: Framework, params=DEFAULT_PARAMS, config_p
     axes = [[a + (b - a) * i / (n - 1) for i in range(n)] for a, b in zip(lo, hi)]
     for x in itertools.product(*axes):
         f(x)
-    try:
-        from scipy.optimize import minimize
-    except ImportError as exc:       # scipy is the [calibrate] extra
-        raise ConfigError("calibrate needs scipy: pip install 'agentservesim[calibrate]'", key="calibrate") from exc
+    from .extras import require
+    minimize = require("scipy.optimize", "calibrate", "calibrate").minimize
     step = [(b - a) / (n - 1) / 2 for a, b in zip(lo, hi)]
     x0 = list(best[1])
     simplex = [x0] + [[x0[j] + (step[j] if j == i else 0.0) for j in range(len(x0))] for i in range(len(x0))]

@@ -51,6 +51,8 @@ class Simulation:
     timer: StepTimer
     workload_source: str
     overhead: object = None
+    base_dir: Path = Path(".")
+    bundle: object = None
 
     def end_ns(self) -> int:
         """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
@@ -154,7 +156,8 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
-    return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead)
+    return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
+                      base, bundle)
 
 
 def _check_calls_fit(programs, pool_tokens: int, max_model_len: int) -> None:
@@ -183,8 +186,19 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     energy = sum(power.energy_j(inst.busy_ns, max(end_ns - inst.busy_ns, 0)) for inst in sim.cluster.instances)
     gen = sum(r["output_tokens"] for r in calls)
     prompt = sum(r["input_tokens"] - r["cached_tokens"] for r in calls)
+    tp, pp = sim.cfg["parallelism"]["tp"], sim.cfg["parallelism"]["pp"]
+    busy = sim.metrics.compute_ns + sim.metrics.comm_ns + sim.metrics.overhead_ns
+    share = lambda v: round(v / busy, 6) if busy else 0.0
     return {
+        "model": sim.model.name, "hardware": sim.device.name, "gpu": sim.device.gpu,
+        "parallelism": {"tp": tp, "pp": pp}, "instances": sim.cfg["instances"],
+        "placement": placement(sim.cfg["instances"], tp * pp, sim.device.gpus_per_node),
+        "policies": {axis: policy_label(spec) for axis, spec in sim.cfg["policies"].items()},
+        "bundle": {"path": f"{sim.device.name}/{sim.model.name}/bf16/tp{tp}", "provenance": sim.bundle.provenance},
+        "version": package_version(),
         "seed": sim.cfg["seed"],
+        "time_shares": {"compute": share(sim.metrics.compute_ns), "exposed_comm": share(sim.metrics.comm_ns),
+                        "overhead": share(sim.metrics.overhead_ns)},
         "programs": len(progs), "calls": len(calls),
         "makespan_s": round(makespan, 9), "arrival_span_s": round((last - first) / 1e9, 9),
         "jct_s": outputs.percentiles(jct),
@@ -211,9 +225,78 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     }
 
 
+def placement(instances: int, gpus_per_instance: int, gpus_per_node: int) -> list:
+    """Instances on consecutive GPUs of consecutive nodes (one instance fits in one node)."""
+    per_node = max(gpus_per_node // gpus_per_instance, 1)
+    out = []
+    for i in range(instances):
+        node, slot = divmod(i, per_node)
+        first = slot * gpus_per_instance
+        out.append({"instance": i, "node": node, "gpus": list(range(first, first + gpus_per_instance))})
+    return out
+
+
+def policy_label(spec) -> str:
+    """A policy spec as summary.json records it: a file reference by its file name only (so a
+    copied config with absolute paths reproduces the same summary)."""
+    name = spec.get("name") if isinstance(spec, dict) else spec
+    text = str(name)
+    if ":" in text and text.split(":")[0].endswith(".py"):
+        text = Path(text.split(":")[0]).name + ":" + text.split(":", 1)[1]
+    if isinstance(spec, dict):
+        params = ", ".join(f"{k}={v}" for k, v in sorted(spec.items()) if k != "name")
+        return f"{text}({params})" if params else text
+    return text
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("agentservesim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def resolved_config(sim: Simulation) -> dict:
+    """The run's config with every default filled in (the resolved engine) and every path
+    absolute, so that re-running it from anywhere reproduces the run."""
+    import copy
+    cfg = copy.deepcopy(sim.cfg)
+    base = Path(sim.base_dir).resolve()
+
+    def absolute(v):
+        return str((base / v).resolve()) if isinstance(v, str) and not Path(v).is_absolute() else v
+    cfg["engine"] = {k: sim.engine[k] for k in cfg["engine"]}
+    if "path" in cfg["workload"]:
+        cfg["workload"]["path"] = absolute(cfg["workload"]["path"])
+    for key in ("calibration", "profiles"):
+        if cfg.get(key):
+            cfg[key] = absolute(cfg[key])
+    for key in ("hardware", "model"):
+        if Path(cfg[key]).suffix and (base / cfg[key]).exists():
+            cfg[key] = absolute(cfg[key])
+    for axis, spec in cfg["policies"].items():
+        name = spec.get("name") if isinstance(spec, dict) else spec
+        if isinstance(name, str) and ":" in name and name.split(":")[0].endswith(".py"):
+            path, cls = name.split(":", 1)
+            name = f"{absolute(path)}:{cls}"
+            if isinstance(spec, dict):
+                spec["name"] = name
+            else:
+                cfg["policies"][axis] = name
+        if isinstance(spec, dict):
+            for k, v in spec.items():
+                if k != "name" and isinstance(v, str) and (base / v).is_file():
+                    spec[k] = absolute(v)
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
 def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = None) -> dict:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    import yaml
+    (out_dir / "config.yaml").write_text("# the run's resolved config: `agentservesim run config.yaml` reproduces it\n"
+                                         + yaml.safe_dump(resolved_config(sim), sort_keys=False))
     calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)
     progs = outputs.program_rows(sim.orchestrator.program_results())
     outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS, calls)

@@ -16,6 +16,7 @@ def add_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=None, help="override the config's seed")
     p.add_argument("--step-mode", action="store_true", help="plain step-by-step loop (no fast-forward)")
     p.add_argument("--trace-steps", default=None, metavar="FILE.csv", help="write a per-step trace")
+    p.add_argument("--plot", action="store_true", help="also write the standard plots to OUT/plots/")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
@@ -47,8 +48,11 @@ def summary_text(s: dict, out: Path, wall: float) -> str:
         f"queueing mean {f(s['queueing_s']['mean'])} s, preemptions {s['preemptions']}, "
         f"prefix-cache hit rate {100 * s['prefix_cache_hit_rate']:.1f}%, KV pool {s['kv_pool_tokens']} tokens",
         f"memory per GPU: {memory_text(s['memory'])}",
+        f"GPU busy time: compute {100 * s['time_shares']['compute']:.1f}%, exposed communication "
+        f"{100 * s['time_shares']['exposed_comm']:.1f}%, framework overhead {100 * s['time_shares']['overhead']:.1f}% "
+        f"({s['bundle']['provenance']} bundle; overhead: {s['step_overhead']['source']})",
         f"throughput {s['throughput']['output_tokens_per_s']:.1f} output tok/s, energy {s['energy_j'] / 3.6e6:.3f} kWh",
-        f"outputs in {out}/ (summary.json, calls.csv, programs.csv, timeseries.csv); wall {wall:.2f} s",
+        f"outputs in {out}/ (config.yaml, summary.json, calls.csv, programs.csv, timeseries.csv); wall {wall:.2f} s",
     ]
     return "\n".join(lines)
 
@@ -72,6 +76,9 @@ def main(args) -> int:
     summary = run_config(cfg, out, seed=args.seed, step_mode=args.step_mode, profiles=args.profiles,
                          trace_steps=Path(args.trace_steps) if args.trace_steps else None,
                          quiet=args.quiet)
+    if args.plot:
+        from program_layer.sweep.run_plots import render_run_plots
+        render_run_plots(out)
     if not args.quiet:
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{cfg['parallelism']['tp']}"
               f" x {cfg['instances']} instance(s); policies "

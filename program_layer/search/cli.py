@@ -118,7 +118,8 @@ def run_openevolve(seed_path: Path, out: Path, config: dict, iterations: int):
         from openevolve.api import run_evolution
         from openevolve.config import Config
     except ImportError as exc:
-        raise ConfigError(f"the search needs the openevolve package (pip install openevolve): {exc}") from exc
+        raise ConfigError(f"the search needs openevolve, which is not installed: "
+                          f"pip install 'agentservesim[search]' ({exc})") from exc
     oe_out = out / "openevolve"
     if oe_out.exists():
         shutil.rmtree(oe_out)     # a fresh population; the seed cache in DIR/cache is kept

@@ -92,7 +92,8 @@ def best_by_iteration(rows: list[dict]) -> tuple[list[int], list[float]]:
 def plot(rows: list[dict], path: Path, title: str) -> None:
     """PNG: best fitness so far (step line) and each candidate's fitness (points; failures
     at 0 in red)."""
-    import matplotlib
+    from program_layer.extras import require
+    matplotlib = require("matplotlib", "plot", "the search history plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator

@@ -41,8 +41,9 @@ def read_columns(path: str | Path, columns: Sequence[str]) -> dict[str, np.ndarr
 
 def new_figure(ncols: int = 1, nrows: int = 1):
     """A Figure (Agg canvas attached) and its axes array (always 2-D)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from program_layer.extras import require
+    FigureCanvasAgg = require("matplotlib.backends.backend_agg", "plot", "plotting").FigureCanvasAgg
+    Figure = require("matplotlib.figure", "plot", "plotting").Figure
 
     width = FIGSIZE[0] if ncols == 1 else 5.0 * ncols
     height = FIGSIZE[1] if nrows == 1 else 3.8 * nrows

@@ -3,13 +3,12 @@ and 4 with session affinity on two instances; eq. 2 and eq. 3 against the engine
 measurements."""
 from pathlib import Path
 
-import pytest
+from program_layer import run
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_listings_on_the_real_engine_follow_eq2_and_eq3():
-    run = pytest.importorskip("program_layer.run")
     cfg = {"model": "meta-llama/Llama-3.1-8B", "hardware": "RTXPRO6000", "parallelism": {"tp": 1},
            "workload": {"generator": "swebench", "programs": 3, "rate_jps": 1.0, "seed": 0},
            "policies": {

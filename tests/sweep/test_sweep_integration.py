@@ -8,11 +8,10 @@ import textwrap
 import pytest
 
 from llmservingsim.errors import ConfigError
+from program_layer import run
 from program_layer.sweep.executors import LocalExecutor
 from program_layer.sweep.spec import load_spec
 from program_layer.sweep.sweep import run_sweep
-
-run = pytest.importorskip("program_layer.run", reason="the simulator run (program_layer/run.py) is not built yet")
 
 
 def tiny_sweep(tmp_path, axes: str):
