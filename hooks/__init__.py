@@ -1,4 +1,5 @@
-"""The four hooks between the program layer and the request engine (paper §4, design.md).
+"""The four hooks between the program layer and the request engine (paper §4; docs/policies.md
+"The four hooks", docs/architecture.md).
 
 The engine (``llmservingsim``) calls these; the program layer implements them. The engine
 never imports the program layer and the program layer touches the engine only through

@@ -15,8 +15,8 @@ Invariants of a loaded :class:`Device`:
   source comment, the JSON only repeats it for ASTRA-Sim).
 
 :func:`ring_allreduce_ns` is ASTRA-Sim's congestion-unaware ring all-reduce in closed form
-(``shared/reference/formats.md`` §2); it stands in for the system simulator until the astrasim
-package is wired in, and it is how the network bandwidths were fitted to measured NCCL figures.
+(docs/formats.md §2); it is how the network bandwidths were fitted to measured NCCL figures (the
+engine itself times collectives with the astrasim system simulator, execution_graph.py).
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def ring_allreduce_ns(size_bytes: int, n: int, bandwidth_gbs: float, latency_ns:
     (decimal GB/s = bytes/ns), L = latency_ns, E = endpoint_delay_ns. Evaluated in exact
     rational arithmetic on the given inputs, so the floors never suffer float rounding.
     A group of one GPU does not communicate: n == 1 gives 0.
-    Example (formats.md §2): 2 NPUs, 16 MiB, Ring 100 GB/s, 1000 ns, splits 1, E 10,
+    Example (docs/formats.md §2): 2 NPUs, 16 MiB, Ring 100 GB/s, 1000 ns, splits 1, E 10,
     M 1600 -> 174,006 ns.
     """
     if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:

@@ -88,8 +88,10 @@ class MetricsCollector:
             self.trace_rows.append((inst.index, inst.num_steps - 1, now, timing.total_ns, npf, prompt, nd,
                                     nseq, timing.compute_ns, timing.comm_ns, timing.overhead_ns))
 
-    def rows(self, end_ns: int, block_bytes: int, weight_bytes_per_instance: int, power_model) -> list[dict]:
-        """One row per simulated second per instance, up to ``end_ns``."""
+    def rows(self, end_ns: int, block_bytes: int, weight_bytes_per_gpu: int, power_model) -> list[dict]:
+        """One row per simulated second per instance, up to ``end_ns``. ``memory_used_gib`` is
+        per GPU of the instance: its weights plus the KV blocks in use (blocks and their bytes
+        are per rank; every rank of an instance holds the same share)."""
         nbins = end_ns // NS_PER_S + 1
         rows = []
         gib = float(1 << 30)
@@ -107,7 +109,7 @@ class MetricsCollector:
                 rows.append({
                     "time_s": b, "instance": i, "running": running, "waiting": waiting,
                     "kv_utilization": round(util, 6),
-                    "memory_used_gib": round((weight_bytes_per_instance + used * block_bytes) / gib, 6),
+                    "memory_used_gib": round((weight_bytes_per_gpu + used * block_bytes) / gib, 6),
                     "prompt_tokens_per_s": s.prompt_tokens[b], "generation_tokens_per_s": s.gen_tokens[b],
                     "busy_fraction": round(min(frac, 1.0), 6),
                     "power_w": round(power_model.power_w(min(frac, 1.0)), 3),

@@ -1,4 +1,4 @@
-"""Loading LLMServingSim profile bundles (formats.md §3) into interpolation tables.
+"""Loading LLMServingSim profile bundles (docs/profile-bundles.md) into interpolation tables.
 
 Layout: ``<root>/<HARDWARE>/<org>/<model>/<variant>/meta.yaml`` and ``.../tp<N>/*.csv``.
 Everything is generic over layer names: a bundle's ``dense.csv`` may list any token-wise

@@ -1,4 +1,4 @@
-"""vLLM V1 scheduler (0.19 semantics; vllm-v1-semantics.md §1).
+"""vLLM V1 scheduler (0.19 semantics; docs/architecture.md "One engine step").
 
 ``schedule()`` forms one step's batch; ``update_from_output()`` applies the step's result.
 There are no prefill/decode phases: each request has ``num_computed_tokens`` against

@@ -2,7 +2,7 @@
 
 Every key is declared here with its type and default; an unknown key or a wrong type is a
 :class:`ConfigError` naming the key (and the file and line when the config came from a
-file). Engine defaults follow vLLM 0.19 ``vllm serve`` (vllm-v1-semantics.md §1) and are
+file). Engine defaults follow vLLM 0.19 ``vllm serve`` (docs/configuration.md, "Engine defaults") and are
 resolved against the device in :func:`resolve_engine`.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run outputs: calls.csv, programs.csv, timeseries.csv, summary.json (design.md §Outputs).
+"""Run outputs: calls.csv, programs.csv, timeseries.csv, summary.json (docs/outputs.md).
 
 Everything is computed from the records, formatted with fixed precision so that the same
 run gives byte-identical files. Times are seconds in columns ending ``_s``.

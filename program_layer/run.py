@@ -109,7 +109,11 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
             cfg["workload"]["seed"] = seed
     policies = {axis: load_policy(axis, cfg["policies"][axis], base_dir=base)
                 for axis in ("retention", "scheduling", "routing")}
-    model = load_model(cfg["model"])
+    model_ref = cfg["model"]                 # a registry name, or a path relative to the config
+    if (Path(model_ref).suffix == ".json" or len(Path(model_ref).parts) > 2) and not Path(model_ref).is_absolute() \
+            and (base / model_ref).exists():
+        model_ref = str(base / model_ref)
+    model = load_model(model_ref)
     device = load_device(cfg["hardware"] if not Path(cfg["hardware"]).suffix else str(base / cfg["hardware"]))
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
     if tp * pp > device.gpus_per_node:
@@ -303,7 +307,7 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     outputs.write_csv(out_dir / "programs.csv", outputs.PROGRAM_COLUMNS, progs)
     power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
     ts = sim.metrics.rows(sim.end_ns(), sim.memory.kv_bytes_per_token * sim.memory.block_size,
-                          sim.memory.weight_bytes * sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"], power)
+                          sim.memory.weight_bytes, power)      # per GPU: each rank holds its share
     cols = ["time_s", "instance", "running", "waiting", "kv_utilization", "memory_used_gib",
             "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)

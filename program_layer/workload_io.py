@@ -1,4 +1,4 @@
-"""Workloads -> the Orchestrator's program specs (formats.md §4).
+"""Workloads -> the Orchestrator's program specs (docs/workloads.md).
 
 A file is request JSONL or program JSONL, detected from its first record (``sub_requests``
 means programs). A request workload becomes one-call programs in file order. Every record

@@ -1,4 +1,4 @@
-"""Workload generators, trace importers and workload JSONL I/O (formats.md §4).
+"""Workload generators, trace importers and workload JSONL I/O (docs/workloads.md).
 
 Public entry points, imported lazily so that importing this package (the CLI wires
 ``program_layer.workloads.cli`` at start-up) does not import numpy:

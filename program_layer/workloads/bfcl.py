@@ -71,7 +71,7 @@ B200_8B_TPOT_S = 0.0044
 
 @dataclass(frozen=True)
 class BfclParams:
-    """User-settable knobs (``workload.<name>``); defaults are the calibrated settings."""
+    """User-settable knobs (``workload.params.<name>``); defaults are the calibrated settings."""
 
     output_median: float = OUTPUT_MEDIAN        # median output tokens per call
     call_gap_median_s: float = CALL_GAP_MEDIAN_S  # median function-execution gap

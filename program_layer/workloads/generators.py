@@ -1,7 +1,7 @@
 """Seeded synthetic agent-program workloads: registry and the one entry point.
 
 ``generate_programs("swebench", programs=50, rate_jps=0.02, seed=0)`` returns program dicts in
-the workload JSONL schema (formats.md §4), sorted by arrival. Randomness comes only from
+the workload JSONL schema (docs/workloads.md), sorted by arrival. Randomness comes only from
 ``numpy.random.default_rng`` seeded with ``seed``: one child stream for the programs' contents
 and an independent one for the arrivals, so changing ``rate_jps`` rescales the arrival times
 but leaves every program identical (the paper runs the same programs at five rates).
@@ -28,7 +28,7 @@ from ._sampling import poisson_arrivals_ns
 @dataclass(frozen=True)
 class GeneratorSpec:
     """One registered generator: its one-line description, its parameter dataclass (every field
-    is a ``workload.<field>`` knob with a calibrated default) and its call-list builder."""
+    is a ``workload.params.<field>`` knob with a calibrated default) and its call-list builder."""
 
     description: str
     params_type: type

@@ -1,4 +1,4 @@
-"""Readers for public traces -> workload records (formats.md §4).
+"""Readers for public traces -> workload records (docs/workloads.md).
 
 ``import_trace(fmt, path, limit=None, time_scale=1.0)``:
 

@@ -65,7 +65,7 @@ def read_jsonl(path: str | Path, *, with_lines: bool = False) -> list:
 
 
 def check_record(obj: object, path: str, line: int) -> None:
-    """Schema check of one program or request record (formats.md §4); WorkloadError naming the
+    """Schema check of one program or request record (docs/workloads.md); WorkloadError naming the
     field. Programs need a non-empty ``sub_requests``; every call's ``input_toks`` and
     ``output_toks`` >= 1 (as the engine's loader requires) and any
     ``reuse_prefix_toks`` <= its ``input_toks``."""

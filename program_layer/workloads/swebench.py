@@ -131,7 +131,7 @@ SUBMIT_TOOL = "submit"
 
 @dataclass(frozen=True)
 class SwebenchParams:
-    """User-settable knobs (``workload.<name>``); the defaults are the calibrated settings."""
+    """User-settable knobs (``workload.params.<name>``); the defaults are the calibrated settings."""
 
     calls_median: float = CALLS_MEDIAN        # median calls per program
     calls_sigma: float = CALLS_SIGMA          # log-space spread of calls per program

@@ -14,8 +14,8 @@ Mapping (one session = one program, rounds ordered by ``round_index``):
   i.e. the length of the union of the intervals ``[emitted_at, emitted_at +
   tool_wall_latency_ms]``. Sequential tools therefore add up (sum) and tools run in parallel
   count once (max when emitted together). If any tool lacks ``emitted_at`` the gap is the sum of
-  ``tool_wall_latency_ms`` (the sequential assumption). ``tool_name`` is the name of the tool
-  that finishes last (the one the next round waits for).
+  ``tool_wall_latency_ms`` (the sequential assumption). ``tool_name`` is the name of the
+  first-emitted tool (known when the call completes; which tool finishes last is not).
 - a round without tools that is not the session's last is followed by the user's turn: the gap
   is from that round's last timing event to the next round's first, tool name ``"user"``.
 - the session's last round: ``tool_duration_ns = 0`` and ``tool_name = ""``.

@@ -63,7 +63,7 @@ def chunk_time(algo: str, kind: str, topo: str, n: int, d: int, bw: float, lat: 
         k = int(math.log2(n))
         offs = [2**i for i in range(k)]
         # halving steps reduce the *next* message: d/4, d/8, ..., d/n (none when n == 2);
-        # measured on the upstream binary (formats.md's "no reduction term" holds for n = 2 only)
+        # measured on the upstream binary ("no reduction term" holds for n = 2 only; astra-sim/README.md)
         reds = sum(red(d // (4 * o), mem) for o in offs[:-1])
         if kind == "all-reduce":  # sizes d/2, d/4 .. d/n then back up; d divisible by n here
             return 2 * sum(c(d // (2 * o), offset_hops(topo, n, o)) for o in offs) + reds + (2 * k + 1) * e

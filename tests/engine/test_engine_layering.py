@@ -1,4 +1,4 @@
-"""Layer rules of design.md: the engine never imports the program layer; the system
+"""Layer rules of docs/architecture.md: the engine never imports the program layer; the system
 simulator knows nothing about LLMs (no engine or program-layer imports)."""
 from __future__ import annotations
 

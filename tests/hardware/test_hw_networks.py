@@ -17,7 +17,8 @@ GIB = 2 ** 30
 
 
 def test_formats_md_example():
-    # 2 NPUs, 16 MiB, Ring 100 GB/s, 1000 ns, splits 1, endpoint-delay 10, local-mem-bw 1600:
+    # docs/formats.md §2's example: 2 NPUs, 16 MiB, Ring 100 GB/s, 1000 ns, splits 1,
+    # endpoint-delay 10, local-mem-bw 1600:
     # m = 8,388,608; m/B = 78,125 exactly; 2*(1000+78125) + 3*floor(5242.88) + 3*10 = 174,006
     assert ring_allreduce_ns(16 * 2 ** 20, 2, 100.0, 1000.0, 1, 10, 1600.0, 1) == 174_006
 

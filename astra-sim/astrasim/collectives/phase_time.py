@@ -11,7 +11,7 @@ costs ``c`` every rank takes exactly
 
     T = K*c + (K+1)*E + R*3*floor(m/M)      (K steps, R reducing steps)
 
-which for ring all-reduce gives formats.md's ``2(n-1)*c + (n-1)*3*floor(m/M) + (2n-1)*E``.
+which for ring all-reduce gives docs/formats.md §2's ``2(n-1)*c + (n-1)*3*floor(m/M) + (2n-1)*E``.
 
 On a congestion-aware backend the same rank logic runs as a small event simulation in which
 every message is forwarded link by link through FIFO links (:func:`phase_finish_links`), so
