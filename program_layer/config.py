@@ -50,6 +50,7 @@ WORKLOAD_KEYS = {
     "path": ((str,), None), "generator": ((str,), None), "trace": ((str,), None),
     "programs": ((int,), None), "rate_jps": (_NUM, None), "seed": ((int,), None),
     "limit": ((int,), None), "time_scale": (_NUM, None), "params": ((dict,), None),
+    "max_idle_s": (_NUM, None),
 }
 
 

@@ -107,6 +107,10 @@ DESCRIPTIONS: dict[str, str] = {
                       "first N programs (by arrival).",
     "workload.time_scale": "Trace only: multiply arrival times (0.5 = twice the rate; default 1). "
                            "Tool durations are not scaled.",
+    "workload.max_idle_s": "Trace only: shorten every stretch in which no session is active (a request "
+                           "at its arrival, a program for the sum of its tool durations) to this many "
+                           "seconds (default 600); later arrivals move earlier, in-program gaps are "
+                           "kept. `agentservesim workload import --keep-idle-gaps` keeps them.",
     "workload.params": "Generator only: generator parameters, `{name: value}` (table below); "
                        "each must be a positive number.",
 }

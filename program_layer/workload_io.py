@@ -152,8 +152,9 @@ def load_workload(wl: dict, base_dir: Path, block_size: int, seed: int) -> tuple
         path = Path(base_dir) / path
     if "trace" in wl:
         from program_layer.workloads import import_trace
+        from program_layer.workloads.importers import MAX_IDLE_S
         records = import_trace(wl["trace"], str(path), limit=wl.get("limit"),
-                               time_scale=wl.get("time_scale", 1.0))
+                               time_scale=wl.get("time_scale", 1.0), max_idle_s=wl.get("max_idle_s", MAX_IDLE_S))
         return build_programs(enumerate(records, start=1), str(path), block_size), str(path)
     from program_layer.workloads.io import read_jsonl
     try:

@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--out", required=True, help="output JSONL path")
     imp.add_argument("--limit", type=int, default=None,
                      help="keep the first N requests (file order) or programs (by arrival)")
+    imp.add_argument("--max-idle-s", type=float, default=600.0, metavar="S",
+                     help="shorten idle stretches (no session active) longer than S seconds to S (default 600)")
+    imp.add_argument("--keep-idle-gaps", action="store_true", help="keep idle stretches as recorded")
     imp.add_argument("--time-scale", type=float, default=1.0,
                      help="multiply arrival times (0.5 = twice the rate); default 1")
     st = sub.add_parser("stats", help="print a workload file's statistics")
@@ -57,8 +60,13 @@ def main(args: argparse.Namespace) -> int:
                                     **_parse_params(args.param))
     elif action == "import":
         from .importers import import_trace
-        records = import_trace(args.trace_format, args.path, limit=args.limit,
-                               time_scale=args.time_scale)
+        records = import_trace(args.trace_format, args.path, limit=args.limit, time_scale=args.time_scale,
+                               max_idle_s=None if args.keep_idle_gaps else args.max_idle_s)
+        c = import_trace.last_compression
+        if c.gaps:
+            print(f"note: shortened {c.gaps} idle stretch(es) with no session active (longest "
+                  f"{c.longest_ns / 1e9:,.0f} s, {c.removed_ns / 1e9:,.0f} s removed in all) to "
+                  f"{args.max_idle_s:g} s each; --keep-idle-gaps keeps them", file=sys.stderr)
     elif action == "stats":
         print(json.dumps(workload_stats(read_jsonl(args.path)), indent=2))
         return 0

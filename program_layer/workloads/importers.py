@@ -115,14 +115,61 @@ IMPORTERS: dict[str, ImporterSpec] = {
 }
 
 
+MAX_IDLE_S = 600.0     # default: an idle stretch longer than this is shortened to it
+
+
 def import_trace(fmt: str, path: str, *, limit: int | None = None,
-                 time_scale: float = 1.0) -> list[dict]:
-    """Read trace ``path`` of format ``fmt`` into workload records sorted by arrival."""
+                 time_scale: float = 1.0, max_idle_s: float | None = MAX_IDLE_S) -> list[dict]:
+    """Read trace ``path`` of format ``fmt`` into workload records sorted by arrival, with
+    idle stretches longer than ``max_idle_s`` shortened to it (``compress_idle``; None keeps
+    them). ``import_trace.last_compression`` holds what was removed."""
     spec = IMPORTERS.get(fmt)
     if spec is None:
         raise ConfigError(f"unknown trace format {fmt!r} (known: {', '.join(IMPORTERS)})",
                           key="workload.format")
-    return spec.read(str(path), limit=check_limit(limit), time_scale=check_time_scale(time_scale))
+    records = spec.read(str(path), limit=check_limit(limit), time_scale=check_time_scale(time_scale))
+    if max_idle_s is not None:
+        if isinstance(max_idle_s, bool) or not isinstance(max_idle_s, (int, float)) or not max_idle_s > 0:
+            raise ConfigError(f"must be a number of seconds > 0, got {max_idle_s!r}", key="workload.max_idle_s")
+        import_trace.last_compression = compress_idle(records, round(max_idle_s * 1e9))
+    else:
+        import_trace.last_compression = IdleCompression(0, 0, 0)
+    return records
+
+
+@dataclass(frozen=True)
+class IdleCompression:
+    gaps: int             # idle stretches shortened
+    removed_ns: int       # simulated time taken out in all
+    longest_ns: int       # the longest stretch before shortening
+
+
+import_trace.last_compression = IdleCompression(0, 0, 0)
+
+
+def compress_idle(records: list[dict], max_idle_ns: int) -> IdleCompression:
+    """Shorten every stretch in which no record is active to ``max_idle_ns`` (in place).
+
+    A request is active at its arrival; a program from its arrival for the sum of its tool
+    durations (a lower bound of its span: its calls take time too, so no gap is shortened
+    while the program could still be running its calls... within that bound). Arrivals after
+    a long stretch move earlier by the excess; order and every in-program gap are kept, so a
+    trace with 72 days between two sessions simulates as two sessions ten minutes apart."""
+    busy_until = None
+    shift = gaps = removed = longest = 0
+    for r in records:                          # sorted by arrival
+        t = r["arrival_time_ns"] - shift
+        if busy_until is not None and t - busy_until > max_idle_ns:
+            excess = t - busy_until - max_idle_ns
+            longest = max(longest, t - busy_until)
+            shift += excess
+            removed += excess
+            gaps += 1
+            t -= excess
+        r["arrival_time_ns"] = t
+        end = t + sum(c.get("tool_duration_ns", 0) for c in r.get("sub_requests", ()))
+        busy_until = end if busy_until is None else max(busy_until, end)
+    return IdleCompression(gaps, removed, longest)
 
 
 def _lines(path: str, limit: int | None) -> Iterator[tuple[int, str]]:

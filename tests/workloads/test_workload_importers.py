@@ -24,13 +24,13 @@ def test_registry():
 
 
 def test_tracelab_example_matches_golden():
-    programs = import_trace("tracelab", TRACELAB)
+    programs = import_trace("tracelab", TRACELAB, max_idle_s=None)       # the raw mapping
     text = "".join(dumps_record(p) + "\n" for p in programs)
     assert text == (GOLDEN / "tracelab_example.jsonl").read_text()
 
 
 def test_tracelab_example_mapping():
-    programs = import_trace("tracelab", TRACELAB)
+    programs = import_trace("tracelab", TRACELAB, max_idle_s=None)       # the raw mapping
     assert [p["session_id"][:6] for p in programs] == ["codex:", "claude"]  # by arrival
     assert [len(p["sub_requests"]) for p in programs] == [9, 10]
     codex, claude = programs
@@ -59,7 +59,7 @@ def test_tracelab_example_mapping():
 def test_tracelab_limit_and_time_scale():
     programs = import_trace("tracelab", TRACELAB, limit=1)
     assert len(programs) == 1 and programs[0]["session_id"].startswith("codex:")
-    scaled = import_trace("tracelab", TRACELAB, time_scale=0.5)
+    scaled = import_trace("tracelab", TRACELAB, time_scale=0.5, max_idle_s=None)
     assert scaled[1]["arrival_time_ns"] == 3_102_430_411_500_000
     assert scaled[1]["sub_requests"] == import_trace("tracelab", TRACELAB)[1]["sub_requests"]
 
@@ -172,3 +172,34 @@ def test_zero_output_becomes_one_token(tmp_path):
     assert import_trace("mooncake", mc)[0]["output_toks"] == 1
     tl = _write(tmp_path, "t.jsonl", [_tracelab_row(output_tokens=0)])
     assert import_trace("tracelab", tl)[0]["sub_requests"][0]["output_toks"] == 1
+
+
+def test_idle_stretches_are_shortened_and_in_program_gaps_kept():
+    from program_layer.workloads.importers import compress_idle
+    day = 86_400 * 10**9
+    recs = [{"arrival_time_ns": 0, "sub_requests": [{"tool_duration_ns": 5 * 10**9}, {"tool_duration_ns": 0}]},
+            {"arrival_time_ns": 2 * 10**9},                        # inside the first program's span
+            {"arrival_time_ns": 72 * day, "sub_requests": [{"tool_duration_ns": 10**9}]},
+            {"arrival_time_ns": 72 * day + 3 * 10**9}]
+    c = compress_idle(recs, 600 * 10**9)
+    assert [r["arrival_time_ns"] for r in recs] == [0, 2 * 10**9, 605 * 10**9, 608 * 10**9]
+    assert (c.gaps, c.removed_ns, c.longest_ns) == (1, 72 * day - 605 * 10**9, 72 * day - 5 * 10**9)
+
+
+def test_tracelab_import_notes_the_shortened_gap(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    trace = Path(__file__).resolve().parents[2] / "examples" / "traces"
+    src = next(trace.glob("tracelab*.jsonl"))
+    out = tmp_path / "w.jsonl"
+    r = subprocess.run([sys.executable, "-m", "program_layer.cli", "workload", "import", "--format", "tracelab",
+                        str(src), "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "shortened 1 idle stretch" in r.stderr
+    import json
+    arrivals = [json.loads(line)["arrival_time_ns"] for line in out.read_text().splitlines()]
+    assert max(arrivals) < 3600 * 10**9                         # not 72 days
+    keep = subprocess.run([sys.executable, "-m", "program_layer.cli", "workload", "import", "--format", "tracelab",
+                           str(src), "--out", str(out), "--keep-idle-gaps"], capture_output=True, text=True)
+    assert keep.returncode == 0 and "shortened" not in keep.stderr
