@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "plot": ("program_layer.sweep.plot_cmd", "render a run folder's plots"),
     "search": ("program_layer.search.cli", "LLM-driven policy search with OpenEvolve"),
     "evaluate-policy": ("program_layer.search.evaluate_cmd", "score one policy against its seed on a cell"),
+    "replay": ("program_layer.commands.replay_cmd", "drive a real vLLM server with a workload, record it for validate"),
 }
 
 
