@@ -56,17 +56,35 @@ def main(argv=None) -> int:
     if getattr(args, "_missing", None):
         print(f"agentservesim {args.command}: not available ({args._missing})", file=sys.stderr)
         return 2
+    _signals_become_errors()
     try:
         return int(importlib.import_module(args._module).main(args) or 0)
     except SimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:     # Ctrl-C or SIGTERM; the note says what became of outputs
+        print(f"interrupted: {exc}" if str(exc) else "interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:     # `agentservesim ... | head`: the reader left; stop quietly
         _silence_stdout()
         return 0
+
+
+def _signals_become_errors() -> None:
+    """SIGTERM unwinds like Ctrl-C (so staged outputs are cleaned up, not left half-written);
+    SIGXFSZ is ignored so that exceeding RLIMIT_FSIZE is an OSError a writer reports (one line,
+    previous outputs kept) instead of killing the process mid-file."""
+    import signal
+    try:
+        signal.signal(signal.SIGTERM, _terminated)
+        if hasattr(signal, "SIGXFSZ"):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    except ValueError:                   # not the main thread (an embedding caller): leave them
+        pass
+
+
+def _terminated(signum, frame):
+    raise KeyboardInterrupt("terminated")
 
 
 def _silence_stdout() -> None:

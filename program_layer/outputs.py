@@ -8,8 +8,13 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
+
+from llmservingsim.errors import ConfigError, SimError
 
 NS = 1e9
 
@@ -81,13 +86,131 @@ def program_rows(results) -> list[dict]:
     return rows
 
 
-def write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([fmt(r[c]) for c in columns])
+def write_csv(path: Path, columns: list[str], rows: Iterable[dict], *, atomic: bool = False) -> None:
+    """``rows`` as CSV with ``fmt``-formatted cells; ``atomic``: via a temp file and a rename."""
+    path = Path(path)
+    target, path = path, (path.with_name(f".{path.name}.{os.getpid()}.tmp") if atomic else path)
+    try:
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(columns)
+            for r in rows:
+                w.writerow([fmt(r[c]) for c in columns])
+        if atomic:
+            os.replace(path, target)
+    finally:
+        if atomic and path.exists():
+            path.unlink()
 
 
 def write_json(path: Path, obj) -> None:
     Path(path).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder and rename, so readers never see half a file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+# What a run folder may hold: the run's outputs, a sweep cell's bookkeeping, validate's report.
+# A folder holding anything else is not replaced (it may be the user's own folder, say `--out .`).
+RUN_FOLDER_ENTRIES = frozenset({
+    "config.yaml", "summary.json", "calls.csv", "programs.csv", "timeseries.csv", "plots",
+    "cell.json", "done", "error.txt", "validation.json", "validation.md"})
+MARKER = ".agentservesim-run"
+
+
+def _replaceable(folder: Path) -> tuple[bool, list[str]]:
+    """Whether ``folder`` is empty, ours (marker) or holds only run outputs; else the strangers."""
+    names = sorted(os.listdir(folder))
+    if MARKER in names:
+        return True, []
+    strangers = [n for n in names if n not in RUN_FOLDER_ENTRIES]
+    return not strangers, strangers
+
+
+@contextmanager
+def staged_folder(out_dir: Path, *, key: str = "--out") -> Iterator[Path]:
+    """Yield an empty temporary sibling of ``out_dir`` to write a run's outputs into; when the
+    body completes, the sibling replaces ``out_dir`` (two renames on one file system).
+
+    Invariants: ``out_dir`` holds either its previous complete contents or the new complete
+    contents, never a mix; a failure, Ctrl-C or a full disk leaves the previous contents (or
+    nothing) and removes the temporary folder; the error says which. Being entered first,
+    it checks that ``out_dir`` can be written before anything is simulated. A process killed
+    with SIGKILL leaves a hidden ``.NAME.partial-PID`` sibling, removed by the next run.
+    """
+    out_dir = Path(out_dir)
+    if Path.cwd().resolve().is_relative_to(out_dir.resolve()):
+        raise ConfigError(f"output folder {out_dir} is the current folder or holds it; give a subfolder", key=key)
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise ConfigError(f"output folder {out_dir} exists and is not a folder", key=key)
+        ok, strangers = _replaceable(out_dir)
+        if not ok:
+            shown = ", ".join(strangers[:3]) + (", ..." if len(strangers) > 3 else "")
+            raise ConfigError(f"output folder {out_dir} holds files that are not a run's outputs ({shown}); "
+                              "choose an empty or new folder", key=key)
+    parent = out_dir.parent
+    _remove_stale_partials(parent, out_dir.name)
+    stage = parent / f".{out_dir.name}.partial-{os.getpid()}"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        if stage.exists():
+            shutil.rmtree(stage)
+        stage.mkdir()
+        (stage / MARKER).write_text("")
+    except OSError as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise ConfigError(f"cannot write output folder {out_dir}: {exc.strerror or exc}", key=key) from None
+    previous = (f"the previous outputs in {out_dir} are unchanged" if out_dir.exists()
+                else f"no outputs were written to {out_dir}")
+    try:
+        yield stage
+        old = parent / f".{out_dir.name}.old-{os.getpid()}"
+        if out_dir.exists():
+            os.rename(out_dir, old)
+        os.rename(stage, out_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:                       # disk full, file too large, permissions
+        where = exc.filename if exc.filename else out_dir
+        raise SimError(f"cannot write outputs ({exc.strerror or exc}); {previous}", file=str(where)) from None
+    except SimError as exc:
+        if out_dir.exists():             # worth saying only when there was something to keep
+            exc.message = f"{exc.message} ({previous})"
+            exc.args = (str(exc),)
+        raise
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(previous) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _remove_stale_partials(parent: Path, name: str) -> None:
+    """Remove temporary siblings left by killed runs (their process no longer exists)."""
+    if not parent.is_dir():
+        return
+    for entry in parent.glob(f".{name}.*-*"):
+        kind, _, pid = entry.name[len(name) + 2:].partition("-")
+        if kind not in ("partial", "old") or not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False                     # our own leftovers from an earlier failed attempt
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -295,7 +295,12 @@ def resolved_config(sim: Simulation) -> dict:
     return {k: v for k, v in cfg.items() if v is not None}
 
 
+TRACE_COLUMNS = ["instance", "step", "start_s", "duration_s", "prefills", "prefill_tokens", "decodes",
+                 "sequences", "compute_s", "exposed_comm_s", "overhead_s"]
+
+
 def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = None) -> dict:
+    """Write the run's files into ``out_dir`` (in place; ``run_config`` stages it), summary.json last."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import yaml
@@ -312,14 +317,11 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
             "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)
     if trace_steps is not None and sim.metrics.trace_rows is not None:
-        import csv
         Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
-        with open(trace_steps, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(["instance", "step", "start_s", "duration_s", "prefills", "prefill_tokens", "decodes",
-                        "sequences", "compute_s", "exposed_comm_s", "overhead_s"])
-            for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows:
-                w.writerow([i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp), fmt_ns(comm), fmt_ns(ovh)])
+        outputs.write_csv(Path(trace_steps), TRACE_COLUMNS, (
+            dict(zip(TRACE_COLUMNS, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp),
+                                     fmt_ns(comm), fmt_ns(ovh))))
+            for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows), atomic=True)
     summary = summarize(sim, calls, progs)
     outputs.write_json(out_dir / "summary.json", summary)
     return summary
@@ -331,10 +333,20 @@ def fmt_ns(ns: int) -> str:
 
 def run_config(config: dict, out_dir, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
                step_mode: bool = False, quiet: bool = True, profiles: Optional[str] = None,
-               trace_steps: Optional[Path] = None) -> dict:
-    """Simulate ``config`` and write calls.csv, programs.csv, timeseries.csv, summary.json."""
-    sim = build_simulation(config, base_dir=base_dir, seed=seed, profiles=profiles,
-                           trace_steps=trace_steps is not None, step_mode=step_mode)
-    sim.run(quiet=quiet)
-    summary = write_outputs(sim, Path(out_dir), trace_steps)
+               trace_steps: Optional[Path] = None, plot: bool = False) -> dict:
+    """Simulate ``config`` and write config.yaml, calls.csv, programs.csv, timeseries.csv,
+    summary.json (and, with ``plot``, plots/) into ``out_dir``, atomically: the files are
+    written into a temporary sibling that replaces ``out_dir`` only when all are complete
+    (``outputs.staged_folder``), so ``out_dir`` never mixes an old run with a new one."""
+    out_dir = Path(out_dir)
+    with outputs.staged_folder(out_dir) as stage:
+        sim = build_simulation(config, base_dir=base_dir, seed=seed, profiles=profiles,
+                               trace_steps=trace_steps is not None, step_mode=step_mode)
+        sim.run(quiet=quiet)
+        if trace_steps is not None and Path(trace_steps).resolve().is_relative_to(out_dir.resolve()):
+            trace_steps = stage / Path(trace_steps).resolve().relative_to(out_dir.resolve())
+        summary = write_outputs(sim, stage, trace_steps)
+        if plot:
+            from program_layer.sweep.run_plots import render_run_plots
+            render_run_plots(stage)
     return summary

@@ -65,20 +65,18 @@ def main(args) -> int:
 
     path = Path(args.config) if args.config else examples_dir() / DEFAULT_CONFIG
     cfg = load_config(path)
-    out = Path(args.out) if args.out else Path("runs") / path.stem
-    if out.exists() and not out.is_dir():            # fail before simulating, not after
-        raise ConfigError(f"output folder {out} exists and is not a folder", key="--out")
+    out = Path(args.out) if args.out else Path("runs") / path.stem   # checked before simulating
     if args.trace_steps and Path(args.trace_steps).is_dir():
         raise ConfigError(f"{args.trace_steps} is a folder; give a CSV file path", key="--trace-steps")
+    if args.plot:                                    # a missing extra fails now, not after simulating
+        from program_layer.extras import require
+        require("matplotlib", "plot", "run --plot")
     if args.profiles:                                # a command-line path is relative to here
         args.profiles = str(Path(args.profiles).resolve())
     t0 = time.perf_counter()
     summary = run_config(cfg, out, seed=args.seed, step_mode=args.step_mode, profiles=args.profiles,
                          trace_steps=Path(args.trace_steps) if args.trace_steps else None,
-                         quiet=args.quiet)
-    if args.plot:
-        from program_layer.sweep.run_plots import render_run_plots
-        render_run_plots(out)
+                         quiet=args.quiet, plot=args.plot)
     if not args.quiet:
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{cfg['parallelism']['tp']}"
               f" x {cfg['instances']} instance(s); policies "

@@ -43,7 +43,7 @@ def simulate_and_compare(cfg: dict, real, out: Path, config_path: str):
 def main(args) -> int:
     from llmservingsim.errors import ConfigError
     from program_layer.config import load_config
-    from program_layer.outputs import write_json
+    from program_layer.outputs import staged_folder, write_json
     from program_layer.validate import format_table, load_real, markdown_table, violations
 
     for flag in ("max_mean_err", "max_pct_err"):
@@ -53,24 +53,23 @@ def main(args) -> int:
     cfg = load_config(args.config)
     real = load_real(args.real_dir)
     out = Path(args.out) if args.out else Path("runs") / ("validate-" + Path(args.real_dir).name)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"output folder {out} exists and is not a folder", key="--out")
-    table, pairs = simulate_and_compare(cfg, real, out, args.config)
-    bad = violations(table, args.max_mean_err, args.max_pct_err)
-    write_json(out / "validation.json", {"real_run": str(args.real_dir), "config": str(args.config),
-                                         "requests": len(pairs), "table": table,
-                                         "tolerances": {"max_mean_err": args.max_mean_err,
-                                                        "max_pct_err": args.max_pct_err},
-                                         "violations": bad})
-    (out / "validation.md").write_text(f"Simulated vs real: {args.real_dir} ({len(pairs)} requests), "
-                                       f"config {args.config}\n\n{markdown_table(table)}\n")
-    print(format_table(table))
-    if not args.no_plots:
-        try:
-            from program_layer.validate_plots import render
-            render(real, pairs, out)
-        except ConfigError as exc:           # matplotlib is the [plot] extra: the table still stands
-            print(f"plots skipped: {exc}", file=sys.stderr)
+    with staged_folder(out) as stage:        # run outputs and report replace `out` together
+        table, pairs = simulate_and_compare(cfg, real, stage, args.config)
+        bad = violations(table, args.max_mean_err, args.max_pct_err)
+        write_json(stage / "validation.json", {"real_run": str(args.real_dir), "config": str(args.config),
+                                               "requests": len(pairs), "table": table,
+                                               "tolerances": {"max_mean_err": args.max_mean_err,
+                                                              "max_pct_err": args.max_pct_err},
+                                               "violations": bad})
+        (stage / "validation.md").write_text(f"Simulated vs real: {args.real_dir} ({len(pairs)} requests), "
+                                             f"config {args.config}\n\n{markdown_table(table)}\n")
+        print(format_table(table))
+        if not args.no_plots:
+            try:
+                from program_layer.validate_plots import render
+                render(real, pairs, stage)
+            except ConfigError as exc:       # matplotlib is the [plot] extra: the table still stands
+                print(f"plots skipped: {exc}", file=sys.stderr)
     print(f"report in {out}/ (validation.json, validation.md" + ("" if args.no_plots else ", plots") + ")")
     if bad:
         print("outside the tolerance: " + "; ".join(bad), file=sys.stderr)

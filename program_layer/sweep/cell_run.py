@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from program_layer.outputs import write_atomic
 
 DEFAULT_RUNNER = "program_layer.run:run_config"
 DONE = "done"
@@ -75,13 +76,6 @@ def resolve_runner(runner: Any) -> Callable[..., Any]:
     return obj
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder and rename, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def run_cell(task: CellTask) -> CellOutcome:
     """Run one cell into its folder; never raises (see module docstring)."""
     cell_dir = Path(task.cell_dir)
@@ -92,12 +86,14 @@ def run_cell(task: CellTask) -> CellOutcome:
         if cell_dir.exists():
             shutil.rmtree(cell_dir)
         cell_dir.mkdir(parents=True)
-        write_atomic(cell_dir / CELL_JSON, json.dumps(
-            {"cell_id": task.cell_id, "index": task.index, "values": task.values, "config": task.config},
-            indent=2, sort_keys=True) + "\n")
+        cell_json = json.dumps({"cell_id": task.cell_id, "index": task.index, "values": task.values,
+                                "config": task.config}, indent=2, sort_keys=True) + "\n"
+        write_atomic(cell_dir / CELL_JSON, cell_json)       # so that a failed cell names its config
         runner = resolve_runner(task.runner)
         base_dir = Path(task.base_dir) if task.base_dir else None
         summary = runner(task.config, cell_dir, base_dir=base_dir, **task.runner_kwargs)
+        if not (cell_dir / CELL_JSON).is_file():  # run_config replaced the folder with its outputs
+            write_atomic(cell_dir / CELL_JSON, cell_json)
         if not (cell_dir / SUMMARY).is_file():  # the contract says the runner writes it; be safe
             write_atomic(cell_dir / SUMMARY, json.dumps(summary, indent=2, sort_keys=True) + "\n")
         wall_s = time.monotonic() - start

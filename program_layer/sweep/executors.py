@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import time
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -80,7 +81,7 @@ class LocalExecutor(Executor):
             return
         self._pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)),
                                          mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_ignore_sigint)
+                                         initializer=_worker_init, initargs=(os.getpid(),))
         futures = {self._pool.submit(fn, task): position for position, task in enumerate(tasks)}
         pending = set(futures)
         broken: list[int] = []
@@ -110,7 +111,7 @@ class LocalExecutor(Executor):
     def _run_isolated(fn, task):
         """Run one cell in a pool of its own: only a cell that itself kills its worker fails."""
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_ignore_sigint) as solo:
+                                 initializer=_worker_init, initargs=(os.getpid(),)) as solo:
             try:
                 return solo.submit(fn, task).result()
             except BrokenProcessPool as exc:
@@ -141,10 +142,28 @@ class LocalExecutor(Executor):
             self._pool = None
 
 
-def _ignore_sigint() -> None:
-    """Pool worker initializer: Ctrl-C reaches the whole process group, but only the driver
-    should react (it then terminates the workers), so a half-written cell is never reported."""
+PARENT_POLL_S = 0.5
+
+
+def _worker_init(parent_pid: int) -> None:
+    """Pool worker initializer.
+
+    Ctrl-C reaches the whole process group, but only the driver should react (it then
+    terminates the workers), so a half-written cell is never reported: workers ignore SIGINT.
+    A driver killed outright (SIGKILL, OOM) cannot terminate anyone, and its workers would
+    block on the task queue forever: a daemon thread in each worker exits the worker within
+    PARENT_POLL_S of its parent's death (polling ``getppid``, which works on every POSIX
+    platform and for any user; Linux's PR_SET_PDEATHSIG would tie it to the spawning thread).
+    A cell cut short this way has no ``done`` marker, so the next invocation reruns it.
+    """
+    import threading
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 class RayExecutor(Executor):
