@@ -21,7 +21,6 @@ engine itself times collectives with the astrasim system simulator, execution_gr
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from llmservingsim.errors import ConfigError, ProfileError, parse_yaml
+from llmservingsim.errors import ConfigError, ProfileError, finite_number, parse_json, parse_yaml, read_text
 from llmservingsim.paths import hardware_dir
 
 # ASTRA-Sim converts a network bandwidth in "GB/s" as bw * 2^30 / 1e9 bytes per ns.
@@ -200,7 +199,7 @@ def load_device(name_or_path: str) -> Device:
     Raises ProfileError naming the file and key for anything missing, unknown or ill-typed,
     and listing the known devices for an unknown name."""
     path = _resolve(str(name_or_path))
-    raw = _read_yaml(path)
+    raw = _read_yaml(path, "device file")
     return _build_device(raw, path)
 
 
@@ -218,14 +217,15 @@ def _resolve(name_or_path: str) -> Path:
     return path
 
 
-def _read_yaml(path: Path) -> Any:
-    return parse_yaml(path.read_text(), file=str(path), error=ProfileError, problem="not valid YAML")
+def _read_yaml(path: Path, what: str) -> Any:
+    return parse_yaml(read_text(path, error=ProfileError, what=what), file=str(path),
+                      error=ProfileError, problem="not valid YAML")
 
 
 def _check(value: Any, kind: str, file: Path, key: str) -> Any:
     """Return ``value`` if it has the expected kind, else raise ProfileError naming file/key."""
     ok = {
-        _FLOAT: isinstance(value, (int, float)) and not isinstance(value, bool),
+        _FLOAT: finite_number(value),         # .nan / .inf in YAML are no device figure
         _INT: isinstance(value, int) and not isinstance(value, bool),
         _STR: isinstance(value, str) and value != "",
         "mapping": isinstance(value, dict),
@@ -302,7 +302,7 @@ def _load_network(device_path: Path, rel: str, gpus_per_node: int) -> dict:
     if not file.is_file():
         raise ProfileError(f"network file '{rel}' not found (looked in {file.parent})",
                            file=str(device_path), key="network")
-    raw = _read_yaml(file)
+    raw = _read_yaml(file, "network file")
     _check_keys(raw, _NETWORK_KEYS, file)
     for key in _NETWORK_KEYS:
         if not isinstance(raw[key], list) or len(raw[key]) != 1:
@@ -328,10 +328,8 @@ def _load_system(device_path: Path, rel: str, mem_bw: float, peak: float) -> dic
     if not file.is_file():
         raise ProfileError(f"system file '{rel}' not found (looked in {file.parent})",
                            file=str(device_path), key="system")
-    try:
-        raw = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"not valid JSON: {exc.msg}", file=str(file), line=exc.lineno) from None
+    raw = parse_json(read_text(file, error=ProfileError, what="system file"), file=str(file),
+                     error=ProfileError, problem="not valid JSON")
     _check_keys(raw, _SYSTEM_KEYS, file)
     for key, kind in _SYSTEM_KEYS.items():
         _check(raw[key], kind, file, key)

@@ -1,11 +1,10 @@
 """Architecture facts from a Hugging Face ``config.json`` (no per-model code paths)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, parse_json, read_text
 from .paths import models_dir
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1}
@@ -77,10 +76,8 @@ def _find_config(name: str) -> Path:
 
 def load_model(name: str) -> ModelSpec:
     path = _find_config(name)
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read model config: {exc}", file=str(path)) from None
+    cfg = parse_json(read_text(path, what="model config"), file=str(path), error=ConfigError,
+                     problem="model config is not valid JSON")
 
     if not isinstance(cfg, dict):
         raise ConfigError("a model config must be a JSON object", file=str(path))

@@ -30,12 +30,11 @@ and the run says so (``OverheadModel.source``).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from .errors import ProfileError, parse_yaml
+from .errors import ProfileError, finite_number, parse_yaml, read_text
 from .paths import hardware_dir
 
 FRAMEWORK_KEYS = ("step_us", "prefill_us", "prefill_compute")
@@ -91,7 +90,7 @@ def regime_for(regimes: tuple, size_bytes: int) -> Regime:
 
 
 def _number(v, file, key, minimum=None):
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if not finite_number(v):
         raise ProfileError(f"expected a finite number, got {v!r}", file=file, key=key)
     if minimum is not None and v < minimum:
         raise ProfileError(f"must be >= {minimum}, got {v!r}", file=file, key=key)
@@ -170,5 +169,6 @@ def load_overhead(device_name: str, path: Optional[Path] = None) -> OverheadMode
     path = Path(path) if path is not None else overhead_path(device_name)
     if not path.is_file():
         return OverheadModel(source=f"none: no fit for {device_name} (hardware/overhead/{device_name}.yaml)")
-    raw = parse_yaml(path.read_text(), file=str(path), error=ProfileError)
+    raw = parse_yaml(read_text(path, error=ProfileError, what="overhead model"), file=str(path),
+                     error=ProfileError)
     return parse_overhead(raw, str(path))

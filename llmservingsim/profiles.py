@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from .errors import ProfileError, parse_yaml
+from .errors import ProfileError, finite_number, iter_lines, parse_yaml, read_text
 from .interp import GridND, Table1D
 from .paths import profiles_dir
 
@@ -61,23 +62,56 @@ class ProfileBundle:
     provenance: str = "measured"     # or "derived from tp<N>" (PROVENANCE.md of a derived bundle)
 
 
-def _read_csv(path: Path, required: tuple[str, ...]) -> list[dict]:
+def _read_csv(path: Path, required: tuple[str, ...], *, text: tuple[str, ...] = ("layer",),
+              signed: tuple[str, ...] = (), allow_empty: bool = False) -> list[dict]:
+    """The ``required`` columns of each row of a profile table: ``text`` columns as strings,
+    every other one as a finite float, >= 0 unless it is in ``signed``. Times (``time_us``)
+    and grid axes (tokens, sequences, chunk and KV lengths, expert counts) are never negative
+    and may be 0 (the decode-only points have ``prefill_chunk = 0``); a fitted coefficient
+    (``alpha``) may be negative. A row that breaks this, or has more or fewer fields than the
+    header, is a ProfileError naming the file, line and column, so a NaN or a negative time
+    cannot reach the interpolation tables."""
     if not path.exists():
         raise ProfileError(f"missing profile file (expected {path})", file=str(path))
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
+    at = [0]           # the file line csv is on (its own line_num lags behind on a csv.Error)
+
+    def lines():
+        for at[0], line in iter_lines(path, error=ProfileError, what="profile table"):
+            yield line
+    reader = csv.DictReader(lines())
+    try:
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
             raise ProfileError(f"missing column(s) {missing}", file=str(path), line=1)
         rows = []
-        for lineno, row in enumerate(reader, start=2):
-            try:
-                rows.append({k: (row[k] if k == "layer" else float(row[k])) for k in required})
-            except (TypeError, ValueError):
-                raise ProfileError(f"bad number in {row}", file=str(path), line=lineno) from None
-    if not rows:
+        for row in reader:
+            if None in row:      # DictReader's key for fields beyond the header's
+                raise ProfileError(f"row has {len(reader.fieldnames) + len(row[None])} fields, the "
+                                   f"header {len(reader.fieldnames)}", file=str(path), line=at[0])
+            rows.append({k: _cell(row.get(k), k, k in text, k in signed, path, at[0])
+                         for k in required})
+    except csv.Error as exc:     # e.g. a field over csv's 128 KiB field limit
+        raise ProfileError(f"not valid CSV ({exc})", file=str(path), line=at[0]) from None
+    if not rows and not allow_empty:
         raise ProfileError("empty profile table", file=str(path))
     return rows
+
+
+def _cell(value: Optional[str], column: str, is_text: bool, signed: bool, path: Path, line: int):
+    """One checked cell of a profile table (see ``_read_csv``)."""
+    if value is None:        # the row has fewer fields than the header
+        raise ProfileError(f"column '{column}' is missing", file=str(path), line=line)
+    if is_text:
+        return value
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if number is None or not math.isfinite(number) or (number < 0 and not signed):
+        want = "a finite number" if signed else "a finite number >= 0"
+        raise ProfileError(f"column '{column}' must be {want}, got {value!r}", file=str(path),
+                           line=line)
+    return number
 
 
 def _by_layer(rows: list[dict], xkey: str) -> dict[str, Table1D]:
@@ -143,19 +177,22 @@ def _skew(meta: dict, tp: int, path: Path, meta_path: Path) -> Optional[SkewFit]
     per_tp = per_tp_all.get(tp) or per_tp_all.get(str(tp))
     if not per_tp:
         return None
+    alpha_default = per_tp.get("alpha_default", 0.0) if isinstance(per_tp, dict) else None
+    if not finite_number(alpha_default):
+        raise ProfileError(f"must be a mapping with a finite alpha_default, got {per_tp!r}",
+                           file=str(meta_path), key=f"skew_fit.per_tp.{tp}")
     axes = fit.get("bucket_axes") or {}
+    if not isinstance(axes, dict):
+        raise ProfileError("must be a mapping of bucket names to lists", file=str(meta_path),
+                           key="skew_fit.bucket_axes")
     table = {}
     if path.exists():
-        with open(path, newline="") as f:
-            for lineno, row in enumerate(csv.DictReader(f), start=2):
-                try:
-                    table[(float(row["pc"]), row["n_label"], row["skew_rate_label"], row["kv_big_label"],
-                           row["kp_label"])] = float(row["alpha"])
-                except (KeyError, TypeError, ValueError) as exc:
-                    raise ProfileError(f"bad skew-fit row ({type(exc).__name__}: {exc})", file=str(path),
-                                       line=lineno) from None
+        labels = ("n_label", "skew_rate_label", "kv_big_label", "kp_label")
+        for row in _read_csv(path, ("pc",) + labels + ("alpha",), text=labels, signed=("alpha",),
+                             allow_empty=True):
+            table[(row["pc"],) + tuple(row[k] for k in labels)] = row["alpha"]
     return SkewFit(
-        alpha_default=float(per_tp.get("alpha_default", 0.0)), table=table,
+        alpha_default=float(alpha_default), table=table,
         n_bins=axes.get("n_bins", []), n_labels=axes.get("n_labels", []),
         sr_bins=axes.get("skew_rate_bins", []), sr_labels=axes.get("skew_rate_labels", []),
         kvb_bins=axes.get("kv_big_bins", []), kvb_labels=axes.get("kv_big_labels", []),
@@ -214,7 +251,8 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
                            f"available: {avail or 'none'})", file=str(tp_dir))
     meta = {}
     if meta_path.exists():
-        meta = parse_yaml(meta_path.read_text(), file=str(meta_path), error=ProfileError) or {}
+        meta = parse_yaml(read_text(meta_path, error=ProfileError, what="bundle meta.yaml"),
+                          file=str(meta_path), error=ProfileError) or {}
         if not isinstance(meta, dict):
             raise ProfileError("meta.yaml must be a mapping", file=str(meta_path))
     dense = _by_layer(_read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us")), "tokens")

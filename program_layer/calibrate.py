@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import yaml
 
-from llmservingsim.errors import ConfigError, ProfileError, parse_yaml
+from llmservingsim.errors import ConfigError, ProfileError, parse_yaml, read_text
 from llmservingsim.overhead_model import FRAMEWORK_KEYS, Framework, parse_framework
 
 from .validate import STATS, compare, metrics, pair, sim_records
@@ -169,11 +169,7 @@ def load_calibration(path: Path, cfg: dict, overhead):
     hardware; another model or parallelism on it may reuse them (its collectives and kernels
     stay the device's)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the calibration file ({type(exc).__name__})", file=str(path),
-                          key="calibration") from None
+    text = read_text(path, what="the calibration file")
     raw = parse_yaml(text, file=str(path))
     if not isinstance(raw, dict) or not isinstance(raw.get("calibration"), dict):
         raise ConfigError("not a calibration file (no top-level 'calibration' mapping)", file=str(path),

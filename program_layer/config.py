@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import yaml
 
-from llmservingsim.errors import ConfigError, parse_yaml
+from llmservingsim.errors import ConfigError, parse_yaml, read_text
 
 _NUM = (int, float)
 # key -> (accepted types, default); None default = resolved later / optional
@@ -141,10 +141,7 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
 def load_config(path) -> dict:
     """Read and validate a YAML config file; relative paths inside stay relative to it."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config: {exc.strerror}", file=str(path)) from None
+    text = read_text(path, what="config")
     raw = parse_yaml(text, file=str(path))
     cfg = validate_config(raw, source=str(path), text=text)
     cfg["_base_dir"] = str(path.resolve().parent)

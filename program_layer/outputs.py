@@ -170,7 +170,8 @@ def staged_folder(out_dir: Path, *, key: str = "--out") -> Iterator[Path]:
     except OSError as exc:
         shutil.rmtree(stage, ignore_errors=True)
         raise ConfigError(f"cannot write output folder {out_dir}: {exc.strerror or exc}", key=key) from None
-    previous = (f"the previous outputs in {out_dir} are unchanged" if out_dir.exists()
+    had_outputs = out_dir.is_dir() and any(out_dir.iterdir())
+    previous = (f"the previous outputs in {out_dir} are unchanged" if had_outputs
                 else f"no outputs were written to {out_dir}")
     try:
         yield stage
@@ -183,7 +184,7 @@ def staged_folder(out_dir: Path, *, key: str = "--out") -> Iterator[Path]:
         where = exc.filename if exc.filename else out_dir
         raise SimError(f"cannot write outputs ({exc.strerror or exc}); {previous}", file=str(where)) from None
     except SimError as exc:
-        if out_dir.exists():             # worth saying only when there was something to keep
+        if had_outputs:                  # worth saying only when there was something to keep
             exc.message = f"{exc.message} ({previous})"
             exc.args = (str(exc),)
         raise

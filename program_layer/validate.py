@@ -13,12 +13,11 @@ requests.jsonl is call 0 of program i of the workload).
 from __future__ import annotations
 
 import csv
-import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmservingsim.errors import ConfigError, WorkloadError
+from llmservingsim.errors import (ConfigError, WorkloadError, finite_number, iter_lines, parse_json,
+                                  read_text)
 
 from .outputs import percentiles
 
@@ -65,7 +64,7 @@ class RealRun:
 
 def _number(r: dict, key: str, file: str, line: int):
     v = r.get(key)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+    if not finite_number(v):
         raise WorkloadError(f"field {key!r} must be a finite number, got {v!r}", file=file, line=line)
     return v
 
@@ -77,17 +76,10 @@ def load_real(real_dir) -> RealRun:
     if not path.is_file():
         raise WorkloadError("no requests.jsonl in the real run's folder", file=str(path))
     recs, keyed = [], None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WorkloadError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in iter_lines(path, error=WorkloadError, what="the real run's requests"):
         if not line.strip():
             continue
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"not JSON ({exc.msg})", file=str(path), line=lineno) from None
+        r = parse_json(line, file=str(path), line=lineno, problem="not JSON")
         if not isinstance(r, dict):
             raise WorkloadError("a record must be a JSON object", file=str(path), line=lineno)
         vals = {k: _number(r, k, str(path), lineno) for k in REQUIRED}
@@ -108,14 +100,13 @@ def load_real(real_dir) -> RealRun:
         r.queued, r.first_token, r.last_token = r.queued - t0, r.first_token - t0, r.last_token - t0
     meta = {}
     if (real_dir / "meta.json").is_file():
-        try:
-            meta = json.loads((real_dir / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise WorkloadError(f"cannot read meta.json ({type(exc).__name__})", file=str(real_dir / "meta.json")) from None
+        meta_path = real_dir / "meta.json"
+        meta = parse_json(read_text(meta_path, error=WorkloadError, what="meta.json"), file=str(meta_path),
+                          problem="cannot read meta.json: not JSON")
     ts = []
     if (real_dir / "timeseries.csv").is_file():
-        with open(real_dir / "timeseries.csv", newline="", encoding="utf-8") as f:
-            ts = list(csv.DictReader(f))
+        ts = list(csv.DictReader(line for _, line in iter_lines(real_dir / "timeseries.csv",
+                                                                  what="timeseries.csv")))
     return RealRun(real_dir, recs, meta if isinstance(meta, dict) else {}, ts)
 
 

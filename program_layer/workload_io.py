@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from llmservingsim.errors import WorkloadError
+from llmservingsim.errors import WorkloadError, iter_lines
 from llmservingsim.request import CallSpec
 from llmservingsim.tokens import TokenStream
 
@@ -169,10 +169,9 @@ def load_workload(wl: dict, base_dir: Path, block_size: int, seed: int) -> tuple
 
 def _trace_hint(path: Path) -> Optional[str]:
     """If ``path`` looks like a raw public trace, how to use it instead."""
-    try:
-        with open(path) as f:
-            first = f.readline()
-    except OSError:
+    try:       # the same guarded reader: the file may be a FIFO or not UTF-8 after line 1
+        first = next(iter_lines(path, what="workload"), (0, ""))[1]
+    except WorkloadError:
         return None
     fmt = None
     if first.startswith("TIMESTAMP,") or "ContextTokens" in first:

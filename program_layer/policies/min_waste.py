@@ -38,13 +38,12 @@ folded: "B200", "RTXPRO6000"), whose ``model`` equals or ends with ``model``
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from llmservingsim.errors import ConfigError, ProfileError
+from llmservingsim.errors import ConfigError, ProfileError, parse_json, read_text
 
 from ._params import integer, real
 from .base import RetentionPolicy
@@ -67,11 +66,12 @@ class WasteProfile:
 
     @classmethod
     def from_json(cls, path: Path) -> "WasteProfile":
+        data = parse_json(read_text(path, error=ProfileError, what="InferCept profile"), file=str(path),
+                          error=ProfileError, problem="InferCept profile is not valid JSON")
         try:
-            data = json.loads(Path(path).read_text())
             return cls(a=float(data["a"]), c=float(data["c"]), S=int(data["S"]),
                        source=str(path))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, OverflowError) as exc:
             raise ProfileError(f"cannot read InferCept profile ({type(exc).__name__}: {exc})",
                                file=str(path)) from None
 
@@ -109,8 +109,10 @@ def resolve_profile(hardware: str, model: str, tp: int,
     found, have = [], []
     for path in sorted(Path(directory).glob("*.json")):
         try:
-            meta = json.loads(path.read_text())
-        except (OSError, ValueError):
+            meta = parse_json(read_text(path, error=ProfileError), file=str(path), error=ProfileError)
+        except ProfileError:
+            continue
+        if not isinstance(meta, dict):
             continue
         name, mdl, mtp = meta.get("gpu_name", ""), str(meta.get("model", "")), meta.get(
             "tensor_parallel_size")

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from llmservingsim.errors import ConfigError, parse_yaml
+from llmservingsim.errors import ConfigError, parse_yaml, read_text
 from program_layer.sweep.grid import Axis, Cell, canonical_json, expand
 
 SPEC_KEYS = ("name", "base", "axes", "baseline", "table", "plots")
@@ -97,16 +97,15 @@ class _Where:
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep spec file (errors name the file, line and key)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read sweep spec: {exc.strerror}", file=str(path)) from None
+    text = read_text(path, what="sweep spec")
     return parse_spec_text(text, source=str(path), spec_dir=path.resolve().parent)
 
 
 def parse_spec_text(text: str, *, source: str, spec_dir: Path) -> SweepSpec:
-    where = _Where(text, source)
+    # parse first: parse_yaml turns syntax errors and too-deep nesting into ConfigErrors, which
+    # _Where's yaml.compose would raise as they are
     data = parse_yaml(text, file=source, problem="not valid YAML")
+    where = _Where(text, source)
     return parse_spec(data, where=where, spec_dir=spec_dir)
 
 
@@ -143,11 +142,10 @@ def _load_base(base: Any, where: _Where, spec_dir: Path) -> tuple[dict, Path]:
         raise where.error("must be a config mapping or a path to a config file", "base")
     path = (spec_dir / base).resolve()
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise where.error(f"cannot read base config {path}: {exc.strerror}", "base") from None
-    except yaml.YAMLError as exc:
-        raise where.error(f"base config {path} is not valid YAML: {exc}", "base") from None
+        loaded = parse_yaml(read_text(path, what="base config"), file=str(path),
+                            problem="base config is not valid YAML")
+    except ConfigError as exc:      # named from the spec's 'base' key, the base file inside
+        raise where.error(str(exc), "base") from None
     if not isinstance(loaded, dict):
         raise where.error(f"base config {path} must be a mapping", "base")
     return loaded, path.parent

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from llmservingsim.errors import ConfigError, WorkloadError
+from llmservingsim.errors import ConfigError, WorkloadError, finite_number
 
 _TS = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
                  r"(Z|[+-]\d{2}:?\d{2})?$")
@@ -76,8 +76,7 @@ def need_timestamp(value: Any, field: str, path: str, line: int) -> int:
 
 def check_time_scale(time_scale: float) -> float:
     """``time_scale`` must be a positive finite number (key ``workload.time_scale``)."""
-    if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) \
-            or not math.isfinite(time_scale) or time_scale <= 0:
+    if not finite_number(time_scale) or time_scale <= 0:
         raise ConfigError(f"must be a positive number, got {time_scale!r}",
                           key="workload.time_scale")
     return float(time_scale)

@@ -13,13 +13,12 @@ order. Each generator module documents its constants and their sources.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from llmservingsim.errors import ConfigError
+from llmservingsim.errors import ConfigError, finite_number
 
 from . import bfcl, swebench
 from ._sampling import poisson_arrivals_ns
@@ -60,8 +59,7 @@ def generate_programs(generator: str, *, programs: int, rate_jps: float, seed: i
                           key="workload.generator")
     if isinstance(programs, bool) or not isinstance(programs, int) or programs < 1:
         raise ConfigError(f"must be a positive integer, got {programs!r}", key="workload.programs")
-    if isinstance(rate_jps, bool) or not isinstance(rate_jps, (int, float)) \
-            or not math.isfinite(rate_jps) or rate_jps <= 0:
+    if not finite_number(rate_jps) or rate_jps <= 0:
         raise ConfigError(f"must be a positive number of jobs per second, got {rate_jps!r}",
                           key="workload.rate_jps")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -87,8 +85,7 @@ def _make_params(generator: str, params_type: type, given: dict[str, Any]) -> An
         if name not in fields:
             raise ConfigError(f"unknown parameter for generator {generator!r} "
                               f"(known: {', '.join(fields)})", key=key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value <= 0:
+        if not finite_number(value) or value <= 0:
             raise ConfigError(f"must be a positive number, got {value!r}", key=key)
         if fields[name].type in ("int", int) and not isinstance(value, int):
             raise ConfigError(f"must be an integer, got {value!r}", key=key)

@@ -23,17 +23,19 @@ Malformed input raises ``WorkloadError(..., file=path, line=n)`` naming the fiel
 from __future__ import annotations
 
 import csv
-import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from llmservingsim.errors import ConfigError, WorkloadError
+from llmservingsim.errors import ConfigError, WorkloadError, iter_lines, parse_json
 
 from ._fields import check_limit, check_time_scale, need, need_int, need_timestamp, scaled_ns
 from .tracelab import import_tracelab
 
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes prompts in 512-token blocks (Mooncake trace README)
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_CSV_INT = re.compile(r"-?[0-9]+\Z")
 
 
 @dataclass(frozen=True)
@@ -49,14 +51,12 @@ def import_mooncake(path: str, *, limit: int | None, time_scale: float) -> list[
     """Mooncake JSONL -> request dicts with ``hash_ids`` (see module docstring)."""
     rows = []
     for n, line in _lines(path, limit):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"invalid JSON ({exc.msg})", file=path, line=n) from None
+        row = parse_json(line, file=path, line=n)
         if not isinstance(row, dict):
             raise WorkloadError("each line must be a JSON object", file=path, line=n)
         ts = need(row, "timestamp", path, n)
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts != ts or ts < 0:
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0 or (
+                isinstance(ts, float) and not math.isfinite(ts)):      # inf: round() would raise
             raise WorkloadError(f"field 'timestamp' must be a non-negative number of ms, got "
                                 f"{ts!r}", file=path, line=n)
         arrival_ns = ts * 1_000_000 if isinstance(ts, int) else int(round(ts * 1_000_000))
@@ -83,7 +83,10 @@ def import_azure(path: str, *, limit: int | None, time_scale: float) -> list[dic
     rows = []
     header: list[str] | None = None
     for n, line in _lines(path, None if limit is None else limit + 1):
-        fields = next(csv.reader([line]))
+        try:
+            fields = next(csv.reader([line]))
+        except csv.Error as exc:      # e.g. a field over csv's 128 KiB field limit
+            raise WorkloadError(f"not valid CSV ({exc})", file=path, line=n) from None
         if header is None:
             header = [f.strip() for f in fields]
             missing = [c for c in AZURE_COLUMNS if c not in header]
@@ -173,24 +176,20 @@ def compress_idle(records: list[dict], max_idle_ns: int) -> IdleCompression:
 
 
 def _lines(path: str, limit: int | None) -> Iterator[tuple[int, str]]:
-    """Non-blank lines with 1-based line numbers, at most ``limit`` of them."""
-    try:
-        fh = open(path, encoding="utf-8", newline="")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read trace: {exc.strerror}", file=path) from None
+    """Non-blank lines with 1-based line numbers, at most ``limit`` of them (the file is read
+    by ``iter_lines``: a regular UTF-8 file, each line at most 64 MiB)."""
     kept = 0
-    with fh:
-        for n, line in enumerate(fh, start=1):
-            if limit is not None and kept >= limit:
-                return
-            if line.strip():
-                kept += 1
-                yield n, line.rstrip("\r\n")
+    for n, line in iter_lines(path, error=WorkloadError, what="trace"):
+        if limit is not None and kept >= limit:
+            return
+        if line.strip():
+            kept += 1
+            yield n, line.rstrip("\r\n")
 
 
 def _csv_int(record: dict, field: str, path: str, n: int, minimum: int) -> int:
     text = record[field]
-    if not text.lstrip("-").isdigit():
+    if not _CSV_INT.match(text):      # not str.isdigit: it accepts "²", which int() refuses
         raise WorkloadError(f"field {field!r} must be an integer, got {text!r}",
                             file=path, line=n)
     value = int(text)

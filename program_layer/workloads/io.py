@@ -11,9 +11,17 @@ import statistics
 from pathlib import Path
 from typing import Iterable
 
-from llmservingsim.errors import WorkloadError
+from llmservingsim.errors import WorkloadError, iter_lines, parse_json
 
 LONG_TOOL_THRESHOLD_NS = 60 * 1_000_000_000  # "calls longer than one minute" (paper §1, TraceLab)
+
+# The schema's fields (docs/workloads.md); any other field is an error, so a misspelt optional
+# field ("reuse_prefix_tok") cannot be silently ignored. Keep in sync with the docs' tables.
+PROGRAM_FIELDS = frozenset({"session_id", "arrival_time_ns", "sub_requests"})
+CALL_FIELDS = frozenset({"input_toks", "output_toks", "tool_duration_ns", "tool_name",
+                         "reuse_prefix_toks", "input_tok_ids"})
+REQUEST_FIELDS = frozenset({"input_toks", "output_toks", "arrival_time_ns", "request_id",
+                            "input_tok_ids", "output_tok_ids", "hash_ids", "hash_block_tokens"})
 
 # Fields that must be integers wherever they appear (top level or in a sub-request).
 _INT_FIELDS = frozenset({"input_toks", "output_toks", "arrival_time_ns", "tool_duration_ns",
@@ -43,34 +51,43 @@ def read_jsonl(path: str | Path, *, with_lines: bool = False) -> list:
     """Read and check a workload JSONL file (programs or requests); blank lines are skipped.
     ``with_lines`` returns ``(line number, record)`` pairs, for later errors that name lines.
 
-    Raises WorkloadError naming the file, line and field for unparseable JSON, a non-object
-    line, or a record that breaks the schema (see :func:`check_record`).
+    Raises WorkloadError naming the file, line and field for an unreadable file (not a
+    regular file, not UTF-8, a line over 64 MiB), unparseable JSON, a non-object line, a
+    record that breaks the schema (see :func:`check_record`), or a ``session_id`` (of a
+    program; ``request_id`` of a request, which becomes its session id) that an earlier line
+    already used: sessions are keyed by it in the outputs, so two would be merged.
     """
     records: list = []
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read workload: {exc.strerror}", file=str(path)) from None
-    with fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(f"invalid JSON ({exc.msg})", file=str(path), line=n) from None
-            check_record(obj, str(path), n)
-            records.append((n, obj) if with_lines else obj)
+    first_line: dict[str, int] = {}
+    for n, line in iter_lines(path, error=WorkloadError, what="workload"):
+        if not line.strip():
+            continue
+        obj = parse_json(line, file=str(path), line=n)
+        check_record(obj, str(path), n)
+        field = "session_id" if "sub_requests" in obj else "request_id"
+        if field in obj:
+            key = str(obj[field])
+            if key in first_line:
+                raise WorkloadError(f"duplicate {field} {key!r} (also on line {first_line[key]})",
+                                    file=str(path), line=n)
+            first_line[key] = n
+        records.append((n, obj) if with_lines else obj)
     return records
 
 
 def check_record(obj: object, path: str, line: int) -> None:
     """Schema check of one program or request record (docs/workloads.md); WorkloadError naming the
-    field. Programs need a non-empty ``sub_requests``; every call's ``input_toks`` and
-    ``output_toks`` >= 1 (as the engine's loader requires) and any
-    ``reuse_prefix_toks`` <= its ``input_toks``."""
+    field. Only the documented fields are allowed (``PROGRAM_FIELDS``, ``CALL_FIELDS``,
+    ``REQUEST_FIELDS``). Programs need a non-empty ``sub_requests``; every call's ``input_toks``
+    and ``output_toks`` >= 1 (as the engine's loader requires) and any ``reuse_prefix_toks``
+    <= its ``input_toks``. Counts and times are JSON integers: NaN, infinities, fractions and
+    negative values are refused."""
     if not isinstance(obj, dict):
         raise WorkloadError("each line must be a JSON object", file=path, line=line)
+    if "sub_requests" not in obj and "session_id" in obj:
+        raise WorkloadError("missing field 'sub_requests' (a record with a session_id is a program)",
+                            file=path, line=line)
+    _known(obj, PROGRAM_FIELDS if "sub_requests" in obj else REQUEST_FIELDS, path, line)
     _nonneg(obj, "arrival_time_ns", path, line)
     if "sub_requests" not in obj:
         _nonneg(obj, "input_toks", path, line, minimum=1)
@@ -85,6 +102,7 @@ def check_record(obj: object, path: str, line: int) -> None:
         where = f"sub_requests[{k}]"
         if not isinstance(sub, dict):
             raise WorkloadError(f"field {where!r} must be an object", file=path, line=line)
+        _known(sub, CALL_FIELDS, path, line, prefix=where)
         _nonneg(sub, "input_toks", path, line, minimum=1, prefix=where)
         _nonneg(sub, "output_toks", path, line, minimum=1, prefix=where)
         _nonneg(sub, "tool_duration_ns", path, line, prefix=where)
@@ -93,6 +111,15 @@ def check_record(obj: object, path: str, line: int) -> None:
             if sub["reuse_prefix_toks"] > sub["input_toks"]:
                 raise WorkloadError(f"field '{where}.reuse_prefix_toks' exceeds its input_toks",
                                     file=path, line=line)
+
+
+def _known(obj: dict, fields: frozenset, path: str, line: int, *, prefix: str = "") -> None:
+    """WorkloadError naming the first field of ``obj`` (in file order) not in ``fields``."""
+    for field in obj:
+        if field not in fields:
+            name = f"{prefix}.{field}" if prefix else field
+            raise WorkloadError(f"unknown field {name!r} (known: {', '.join(sorted(fields))})",
+                                file=path, line=line)
 
 
 def _nonneg(obj: dict, field: str, path: str, line: int, *, minimum: int = 0,

@@ -25,9 +25,7 @@ Mapping (one session = one program, rounds ordered by ``round_index``):
 """
 from __future__ import annotations
 
-import json
-
-from llmservingsim.errors import WorkloadError
+from llmservingsim.errors import WorkloadError, iter_lines, parse_json
 
 from ._fields import as_int, need, need_int, need_timestamp, scaled_ns
 
@@ -63,21 +61,13 @@ def import_tracelab(path: str, *, limit: int | None, time_scale: float) -> list[
 
 
 def _rows(path: str):
-    try:
-        fh = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise WorkloadError(f"cannot read trace: {exc.strerror}", file=path) from None
-    with fh:
-        for n, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise WorkloadError(f"invalid JSON ({exc.msg})", file=path, line=n) from None
-            if not isinstance(row, dict):
-                raise WorkloadError("each line must be a JSON object", file=path, line=n)
-            yield n, row
+    for n, line in iter_lines(path, error=WorkloadError, what="trace"):
+        if not line.strip():
+            continue
+        row = parse_json(line, file=path, line=n)
+        if not isinstance(row, dict):
+            raise WorkloadError("each line must be a JSON object", file=path, line=n)
+        yield n, row
 
 
 def _parse_round(row: dict, path: str, n: int) -> dict:

@@ -102,7 +102,7 @@ def test_cli_calibrate_then_validate_within_tolerance(synthetic, tmp_path):
     ("calibration:\n  applies_to: {hardware: RTXPRO6000}\n  framework: {step_us: fast}\n",
      "key 'calibration.framework.step_us': expected a finite number"),
     ("hello: 1\n", "not a calibration file"),
-    (b"\xff\xfe", "cannot read the calibration file (UnicodeDecodeError)"),
+    (b"\xff\xfe", "cal.yaml:1: cannot read the calibration file: not UTF-8 text (byte 0xff at column 1)"),
 ])
 def test_bad_calibration_files_are_one_line_exit_2(synthetic, tmp_path, content, message):
     d, _, _ = synthetic
