@@ -82,13 +82,7 @@ def load_plan(path, time_scale: float = 1.0) -> ReplayPlan:
     path = Path(path)
     raw = read_jsonl(path, with_lines=True)
     scaled = [(line, scale_record(obj, time_scale)) for line, obj in raw]
-    specs = build_programs(scaled, str(path))
-    seen = {}
-    for (line, _), spec in zip(scaled, specs):
-        if spec.session_id in seen:
-            raise WorkloadError(f"session id {spec.session_id!r} also on line {seen[spec.session_id]}: the "
-                                "record pairs calls by (session id, call index)", file=str(path), line=line)
-        seen[spec.session_id] = line
+    specs = build_programs(scaled, str(path))    # refuses duplicate session ids (the record pairs by them)
     ranks = {s.program_id: r for r, s in enumerate(sorted(specs, key=lambda s: (s.arrival_ns, s.program_id)))}
     programs = []
     for (_, obj), spec in zip(scaled, specs):

@@ -106,8 +106,8 @@ def test_swebench_replay_is_causal_timed_and_validates(tmp_path):
         assert seen.body["max_tokens"] == seen.body["min_tokens"] == n and seen.body["ignore_eos"] is True
         assert "priority" not in seen.body
         # queued_ts is stamped once the request is written, the server's t_recv once it is read:
-        # either may come first (a thread switch apart)
-        assert r["arrival_time"] <= r["queued_ts"] and abs(r["queued_ts"] - seen.t_recv) <= tol
+        # either may come first, a wake-up of each process apart
+        assert r["arrival_time"] <= r["queued_ts"] and abs(r["queued_ts"] - seen.t_recv) <= 2 * tol
         # client stamps vs the server's send stamps, and vs the server's nominal timing
         assert 0 <= r["first_token_ts"] - seen.token_ts[0] <= tol
         assert 0 <= r["last_token_ts"] - seen.token_ts[-1] <= tol
