@@ -15,8 +15,9 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from llmservingsim.errors import ConfigError, SimError
 
@@ -26,7 +27,7 @@ from .builtin_routing import LeastLoaded, RoundRobin, SessionAffinity
 from .builtin_scheduling import FCFS, PLAS, ProgramFCFS
 from .min_waste import MinWaste
 
-__all__ = ["AXES", "BUILTINS", "load_policy"]
+__all__ = ["AXES", "BUILTINS", "load_policy", "substituted"]
 
 AXES = {"retention": RetentionPolicy, "scheduling": SchedulingPolicy, "routing": RoutingPolicy}
 
@@ -38,6 +39,23 @@ BUILTINS: dict[str, dict[str, type]] = {
 }
 
 
+# (axis, spec) -> factory; see ``substituted``
+_SUBSTITUTES: dict[tuple[str, str], Callable[[], Any]] = {}
+
+
+@contextmanager
+def substituted(axis: str, spec: str, factory: Callable[[], Any]) -> Iterator[None]:
+    """While active, ``load_policy(axis, spec)`` returns ``factory()`` instead of executing
+    ``spec``. The policy search uses it to put a proxy for a candidate that runs in its own
+    confined process (program_layer/search/proxy.py) where the spec names the candidate."""
+    key = (axis, spec.strip())
+    _SUBSTITUTES[key] = factory
+    try:
+        yield
+    finally:
+        _SUBSTITUTES.pop(key, None)
+
+
 def load_policy(axis: str, spec: Any, *, base_dir: Path) -> Any:
     """Instantiate the policy that ``spec`` names for ``axis``."""
     if axis not in AXES:
@@ -45,6 +63,11 @@ def load_policy(axis: str, spec: Any, *, base_dir: Path) -> Any:
                           key="policies")
     key = f"policies.{axis}"
     name, params = _split_spec(spec, axis, key)
+    factory = _SUBSTITUTES.get((axis, name)) if not params else None
+    if factory is not None:
+        policy = factory()
+        policy.spec_label = name
+        return policy
     if ":" in name:
         cls = _load_class(name, axis, Path(base_dir), key)
     else:

@@ -58,9 +58,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(Appendix F scores scheduling at 0.02 JPS too)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="wall-time limit per simulator run in seconds (default: the LLM "
-                             "config's evaluation_timeout_s, else 5400)")
+                             f"config's evaluation_timeout_s, else {oe_config.DEFAULT_EVAL_TIMEOUT_S})")
+    parser.add_argument("--decision-timeout", type=float, default=sandbox.DEFAULT_DECISION_TIMEOUT_S,
+                        help="wall-time limit per policy decision in seconds (default "
+                             f"{sandbox.DEFAULT_DECISION_TIMEOUT_S:g}); past it a candidate scores 0")
+    parser.add_argument("--isolation", choices=("auto", "namespaces", "fallback"), default="auto",
+                        help="how each candidate's process is confined (default auto: Linux "
+                             "namespaces where available, else the weaker fallback with a "
+                             "warning; docs/security.md)")
     parser.add_argument("--memory-mb", type=int, default=sandbox.DEFAULT_MEMORY_MB,
-                        help="address-space limit per simulator run in MiB")
+                        help="address-space limit per simulator run, and per candidate policy process, in MiB")
     parser.add_argument("--parallel", type=int, default=1, help="candidates evaluated at once")
     parser.add_argument("--random-seed", type=int, default=42, help="OpenEvolve's random seed")
     parser.add_argument("--runner", default=None, help=argparse.SUPPRESS)   # tests: fake simulator
@@ -83,7 +90,8 @@ def prepare(args: argparse.Namespace) -> tuple[Path, EvalSettings, dict, dict]:
     settings = EvalSettings(
         cell=cell, axis=args.axis, seed_policy=f"{seed_path}:{class_name}", second_cell=second,
         timeout_s=timeout_s, memory_mb=args.memory_mb, cache_dir=str(out / "cache"),
-        work_dir=str(out / "runs"), log_path=str(out / "evaluations.jsonl"), runner=args.runner)
+        work_dir=str(out / "runs"), log_path=str(out / "evaluations.jsonl"), runner=args.runner,
+        decision_timeout_s=args.decision_timeout, isolation=args.isolation)
     seed_baseline(settings)      # fail fast (and cache) before any LLM call
     repo = str(Path(__file__).resolve().parents[2])
     (out / "evaluator.py").write_text(_EVALUATOR_TEMPLATE.format(

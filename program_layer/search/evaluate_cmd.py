@@ -3,7 +3,9 @@
     agentservesim evaluate-policy examples/policies/x.py:Class --cell examples/search/target_cell.yaml
 
 Prints ONE JSON object: combined_score, status ("ok" | "error" | "timeout"), mean_jct_s,
-seed_mean_jct_s, p99_jct_s, throughput (output tokens/s), wall_s, and error when it failed.
+seed_mean_jct_s, p99_jct_s, throughput (output tokens/s), wall_s, isolation (how the policy's
+own process was confined: "namespaces", or "fallback" with a warning on stderr where the
+platform has none; docs/security.md), and error when it failed.
 The axis follows from the class's base; the default seed is Listing 1's TTL (built-in ``ttl``,
 tau = 2 s) for retention, ``plas`` for scheduling and ``round-robin`` for routing.
 Exit status 0 whenever a JSON object was printed (a failed candidate is a result, not an error).
@@ -33,23 +35,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--axis", choices=axes.AXES, default=None,
                         help="policy axis (default: from the class's base)")
     parser.add_argument("--timeout", type=float, default=sandbox.DEFAULT_TIMEOUT_S,
-                        help="wall-time limit per simulator run in seconds (default 5400)")
+                        help=f"wall-time limit per simulator run in seconds (default {sandbox.DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--decision-timeout", type=float, default=sandbox.DEFAULT_DECISION_TIMEOUT_S,
+                        help="wall-time limit per policy decision in seconds (default "
+                             f"{sandbox.DEFAULT_DECISION_TIMEOUT_S:g}); past it the policy scores 0")
+    parser.add_argument("--isolation", choices=("auto", "namespaces", "fallback"), default="auto",
+                        help="how the policy's process is confined: Linux namespaces where "
+                             "available (auto, the default), always (namespaces: refuse "
+                             "without), or the weaker fallback (docs/security.md)")
     parser.add_argument("--memory-mb", type=int, default=sandbox.DEFAULT_MEMORY_MB,
-                        help="address-space limit per simulator run in MiB")
+                        help="address-space limit per simulator run, and per candidate policy process, in MiB")
     parser.add_argument("--cache-dir", default=_DEFAULT_CACHE,
                         help="where the seed's JCT is cached (keyed by cell, seed source and "
                              "simulator source); '' disables caching")
     parser.add_argument("--runner", default=None, help=argparse.SUPPRESS)   # tests: fake simulator
 
 
-def detect_axis(spec: axes.PolicySpec, policy_text: str, cell: str, runner, memory_mb) -> str:
+def detect_axis(spec: axes.PolicySpec, policy_text: str, cell: str, runner, memory_mb,
+                isolation: str = "auto") -> str:
     """The axis from the source's base class; if the AST cannot tell (e.g. a subclass of a
-    user class), the class is loaded in a sandboxed child whose runner simulates nothing."""
+    user class), the class is loaded in a confined candidate process whose runner simulates
+    nothing."""
     axis = axes.axis_of_spec(spec)
     if axis:
         return axis
     probe = sandbox.run_policy(policy_text, cell, axis=None, timeout_s=60, memory_mb=memory_mb,
-                               runner="program_layer.search.evaluate_cmd:_probe_runner")
+                               runner="program_layer.search.evaluate_cmd:_probe_runner",
+                               isolation=isolation)
     if probe.axis:
         return probe.axis
     raise ConfigError(f"cannot tell the axis of {policy_text} ({probe.error}); pass --axis")
@@ -66,7 +78,8 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--cell: file not found: {args.cell}")
     spec = axes.parse_policy_spec(args.policy)
     policy = spec.config_value() if (spec.class_name or not spec.path) else str(spec.path)
-    axis = args.axis or detect_axis(spec, policy, str(cell.resolve()), args.runner, args.memory_mb)
+    axis = args.axis or detect_axis(spec, policy, str(cell.resolve()), args.runner, args.memory_mb,
+                                    args.isolation)
     seed_text = args.seed_policy or axes.DEFAULT_SEEDS[axis]
     seed = axes.parse_policy_spec(seed_text)
     seed_value = seed.config_value() if (seed.class_name or not seed.path) else str(seed.path)
@@ -74,7 +87,8 @@ def main(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="agentservesim-eval-") as work:
         settings = EvalSettings(cell=str(cell.resolve()), axis=axis, seed_policy=seed_value,
                                 second_cell=second, timeout_s=args.timeout, memory_mb=args.memory_mb,
-                                cache_dir=args.cache_dir or None, work_dir=work, runner=args.runner)
+                                cache_dir=args.cache_dir or None, work_dir=work, runner=args.runner,
+                                decision_timeout_s=args.decision_timeout, isolation=args.isolation)
         result = evaluate_policy(policy, settings)
     result.pop("traceback", None)
     json.dump(result, sys.stdout, sort_keys=True)

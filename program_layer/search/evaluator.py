@@ -8,12 +8,18 @@ equally whatever its absolute JCT scale. A candidate that fails on any cell scor
 
 Failures never stop a search: a candidate that does not import, raises, returns an invalid
 decision, reaches past the causal boundary (PolicyError / AttributeError from the simulator),
-runs past the wall-time limit or past the memory limit scores 0 with ``status`` "error" or
-"timeout" and the reason in ``error``.
+misses the per-decision deadline, runs past the wall-time limit or past the memory limit, or
+tries what its confinement forbids scores 0 with ``status`` "error" or "timeout" and the
+reason in ``error``. The candidate runs in its own confined process, apart from the
+simulator that scores it (docs/security.md); ``isolation`` in the result says how it was
+confined ("namespaces", or "fallback" with a warning where the platform has none).
 
-The seed is run once per (cell config, second cell, axis, seed policy source, simulator
-source) and its result cached as JSON under ``cache_dir``; a file lock makes concurrent
-evaluators share one seed run. A candidate whose source equals the seed's is not re-run.
+The seed is run once per content key (cell configs and the files they name, e.g. the
+workload; axis; seed policy source; simulator sources, data and version) and its result
+cached as JSON under ``cache_dir``, which only this process writes and no candidate can
+see. Each entry stores its key and a checksum and is verified on read (a mismatch is
+recomputed); writes are atomic; a file lock makes concurrent evaluators share one seed run.
+A candidate whose source equals the seed's is not re-run.
 """
 from __future__ import annotations
 
@@ -21,7 +27,10 @@ import fcntl
 import functools
 import hashlib
 import json
+import logging
+import math
 import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,6 +42,9 @@ from llmservingsim.errors import SimError
 from program_layer.search import axes, sandbox
 
 _FINGERPRINT_DIRS = ("llmservingsim", "program_layer", "hooks")
+_DATA_DIRS = ("hardware", "profiles")          # device descriptions and profile bundles
+_CACHE_FORMAT = 2
+log = logging.getLogger("agentservesim.search")
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,10 @@ class EvalSettings:
     work_dir: Optional[str] = None    # where run folders are made (deleted after each run)
     log_path: Optional[str] = None    # JSON lines, one per evaluation
     runner: Optional[str] = None      # "module:function" replacing program_layer.run:run_config
+    decision_timeout_s: float = sandbox.DEFAULT_DECISION_TIMEOUT_S   # per policy decision
+    isolation: str = "auto"           # "auto" | "namespaces" | "fallback" (sandbox.run_policy)
+    static_check: bool = True         # the early AST check (safety.py); not the boundary
+    max_processes: int = 0            # the candidate's RLIMIT_NPROC in its PID namespace
 
     def cells(self) -> list[str]:
         return [self.cell] + ([self.second_cell] if self.second_cell else [])
@@ -63,9 +79,10 @@ class EvalSettings:
 
 @functools.lru_cache(maxsize=1)
 def simulator_fingerprint() -> str:
-    """Hash of the simulator's Python sources (the search package excluded), so a cached seed
-    JCT is never reused after the simulator or a built-in policy changed. Computed once per
-    process: one process's evaluations all compare against the same seed run."""
+    """Hash of the simulator's Python sources (the search package excluded), its data
+    (hardware descriptions, profile bundles) and the package version, so a cached seed JCT
+    is never reused after the simulator, a built-in policy or a profile changed. Computed
+    once per process: one process's evaluations all compare against the same seed run."""
     root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
     for top in _FINGERPRINT_DIRS:
@@ -74,17 +91,65 @@ def simulator_fingerprint() -> str:
                 continue
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
+    for top in _DATA_DIRS:
+        for path in sorted(p for p in (root / top).rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    digest.update(_package_version().encode())
     return digest.hexdigest()
 
 
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("agentservesim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _referenced_files(config, base: Path) -> dict:
+    """Content hashes of the files a cell config names (workload, model, hardware,
+    calibration, ...): any string value that is the path of an existing file, relative to
+    the config's folder or absolute. A config that names a file by path is keyed by what is
+    in the file, not only by its name."""
+    out: dict = {}
+
+    def visit(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+        elif isinstance(value, str) and value and len(value) < 4096 and "\n" not in value:
+            try:
+                path = Path(value) if Path(value).is_absolute() else base / value
+                if path.is_file():
+                    out[value] = _file_digest(path)
+            except (OSError, ValueError):
+                pass
+    visit(config)
+    return out
+
+
 def _cell_identity(cell: str) -> dict:
-    """Canonical content of a cell config plus its folder (relative paths resolve there)."""
+    """Canonical content of a cell config, its folder (relative paths resolve there) and the
+    content of the files it names (e.g. the workload)."""
     path = Path(cell)
     try:
         content = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise SimError(f"cannot read cell config: {exc}", file=str(path)) from exc
-    return {"dir": str(path.resolve().parent), "config": content}
+    base = path.resolve().parent
+    return {"dir": str(base), "config": content, "files": _referenced_files(content, base)}
 
 
 def policy_source(spec_text: str) -> str:
@@ -96,8 +161,11 @@ def policy_source(spec_text: str) -> str:
     return spec.text
 
 
-def seed_cache_key(settings: EvalSettings) -> str:
+def seed_cache_key(settings: EvalSettings, *, full: bool = False) -> str:
+    """The content key of the seed's result (the first 24 hex digits name the file; the
+    entry stores all 64)."""
     payload = {
+        "format": _CACHE_FORMAT,
         "cells": [_cell_identity(c) for c in settings.cells()],
         "axis": settings.axis,
         "seed": policy_source(settings.seed_policy),
@@ -105,7 +173,51 @@ def seed_cache_key(settings: EvalSettings) -> str:
         "simulator": simulator_fingerprint(),
     }
     blob = json.dumps(payload, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:24]
+    key = hashlib.sha256(blob).hexdigest()
+    return key if full else key[:24]
+
+
+def _checksum(key: str, cells) -> str:
+    return hashlib.sha256((key + json.dumps(cells, sort_keys=True)).encode()).hexdigest()
+
+
+def _verified_cells(path: Path, key: str, n_cells: int) -> Optional[list]:
+    """The cached per-cell metrics if ``path`` holds a sound entry for ``key``, else None
+    (missing, unreadable, another key, a bad checksum, or numbers no run can produce)."""
+    try:
+        entry = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        entry = None
+    ok = (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("cells"), list)
+          and len(entry["cells"]) == n_cells and entry.get("checksum") == _checksum(key, entry["cells"]))
+    if ok:
+        for cell in entry["cells"]:
+            mean = cell.get("mean_jct_s") if isinstance(cell, dict) else None
+            if not (isinstance(mean, (int, float)) and not isinstance(mean, bool)
+                    and math.isfinite(mean) and mean > 0):
+                ok = False
+    if not ok:
+        log.warning(f"warning: seed cache entry {path} failed verification; recomputing it")
+        return None
+    return entry["cells"]
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".seed-", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def cell_metrics(outcome: sandbox.RunOutcome) -> dict:
@@ -127,26 +239,50 @@ def seed_baseline(settings: EvalSettings) -> tuple[list[dict], bool]:
     if not settings.cache_dir:
         return _run_seed(settings), False
     cache_dir = Path(settings.cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"seed-{seed_cache_key(settings)}.json"
-    with open(cache_dir / ".seed.lock", "w") as lock:
+    cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = seed_cache_key(settings, full=True)
+    path = cache_dir / f"seed-{key[:24]}.json"
+    with open(cache_dir / ".seed.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)     # one seed run even with parallel evaluators
-        if path.exists():
-            return json.loads(path.read_text())["cells"], True
+        cells = _verified_cells(path, key, len(settings.cells()))
+        if cells is not None:
+            return cells, True
         cells = _run_seed(settings)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seed_policy": settings.seed_policy, "cells": cells,
-                                   "cell_paths": settings.cells()}, indent=1))
-        os.replace(tmp, path)
+        _write_atomically(path, json.dumps({
+            "format": _CACHE_FORMAT, "key": key, "checksum": _checksum(key, cells),
+            "seed_policy": settings.seed_policy, "cells": cells, "cell_paths": settings.cells(),
+            "simulator_version": _package_version()}, indent=1))
     return cells, False
+
+
+def _run(settings: EvalSettings, policy: str, cell: str, **extra) -> sandbox.RunOutcome:
+    outcome = sandbox.run_policy(policy, cell, axis=settings.axis, timeout_s=settings.timeout_s,
+                                 memory_mb=settings.memory_mb, runner=settings.runner,
+                                 work_dir=settings.work_dir,
+                                 decision_timeout_s=settings.decision_timeout_s,
+                                 isolation=settings.isolation, static_check=settings.static_check,
+                                 max_processes=settings.max_processes, **extra)
+    _note_isolation(outcome)
+    return outcome
+
+
+_warned: set = set()
+
+
+def _note_isolation(outcome: sandbox.RunOutcome) -> None:
+    """The fallback is a decision the user should see: one warning line per process."""
+    if outcome.isolation == "fallback" and "fallback" not in _warned:
+        _warned.add("fallback")
+        log.warning("warning: candidate policies run WITHOUT Linux namespaces here "
+                    f"({outcome.isolation_detail}); containment is weaker: hard limits, "
+                    "seccomp and Landlock where available, no private file system, network "
+                    "or PID namespace (docs/security.md)")
 
 
 def _run_seed(settings: EvalSettings) -> list[dict]:
     out = []
     for cell in settings.cells():
-        outcome = sandbox.run_policy(settings.seed_policy, cell, axis=settings.axis,
-                                     timeout_s=settings.timeout_s, memory_mb=settings.memory_mb,
-                                     runner=settings.runner, work_dir=settings.work_dir)
+        outcome = _run(settings, settings.seed_policy, cell)
         if not outcome.ok:
             raise SimError(f"seed policy {settings.seed_policy} failed on {cell}: {outcome.error}")
         out.append(cell_metrics(outcome))
@@ -159,7 +295,8 @@ def evaluate_policy(policy: str, settings: EvalSettings) -> dict:
 
     Returns a flat dict: combined_score, status ("ok" | "error" | "timeout"), error (when not
     ok), mean_jct_s, p99_jct_s, throughput (output tokens/s), seed_mean_jct_s, jct_ratio,
-    wall_s, seed_cached, and with a second cell the same numbers suffixed ``_2``.
+    wall_s, seed_cached, isolation (how the candidate process was confined; absent when it
+    did not run), and with a second cell the same numbers suffixed ``_2``.
     """
     started = time.perf_counter()
     seed_cells, cached = seed_baseline(settings)
@@ -173,10 +310,9 @@ def evaluate_policy(policy: str, settings: EvalSettings) -> dict:
         if same_as_seed:
             metrics = dict(seed)
         else:
-            outcome = sandbox.run_policy(policy, cell, axis=settings.axis,
-                                         timeout_s=settings.timeout_s, memory_mb=settings.memory_mb,
-                                         runner=settings.runner, work_dir=settings.work_dir,
-                                         prefer_class=_class_of(settings.seed_policy))
+            outcome = _run(settings, policy, cell, prefer_class=_class_of(settings.seed_policy))
+            if outcome.isolation:
+                result["isolation"] = outcome.isolation
             if not outcome.ok:
                 result.update(status=outcome.status, error=outcome.error,
                               traceback=outcome.traceback, failed_cell=cell)
@@ -242,6 +378,8 @@ def evaluate_for_openevolve(program_path: str, settings: dict):
     result = evaluate_policy(str(Path(program_path).resolve()), EvalSettings.from_dict(settings))
     metrics = {k: float(result[k]) for k in _METRIC_KEYS if isinstance(result.get(k), (int, float))}
     artifacts = {"status": result["status"]}
+    if result.get("isolation"):
+        artifacts["isolation"] = result["isolation"]
     if result.get("error"):
         artifacts["error"] = result["error"]
     if result.get("traceback"):

@@ -2,7 +2,9 @@
 
 Appendix F: two islands, population 40, migration every 10 iterations, elite ratio 0.2,
 exploration 0.3, exploitation 0.6, diff-based mutations, a prompt with the three best and two
-diverse programs, a model ensemble at temperature 1.0, a 90-minute evaluation timeout.
+diverse programs, a model ensemble at temperature 1.0, a 90-minute evaluation timeout
+(here 600 s by default: a target-cell run takes seconds, and a stuck candidate should not
+hold a search for an hour and a half).
 
 LLM config YAML (all keys optional)::
 
@@ -12,7 +14,7 @@ LLM config YAML (all keys optional)::
     max_tokens: 4096
     request_timeout_s: 600                 # per LLM request
     retries: 3
-    evaluation_timeout_s: 5400             # per simulator run of a candidate
+    evaluation_timeout_s: 600              # per simulator run of a candidate
     models:                                # the ensemble; weights are sampling weights
       - {name: qwen3.7-plus, weight: 0.7}
       - {name: claude-sonnet-5, weight: 0.3}
@@ -29,7 +31,7 @@ import yaml
 from llmservingsim.errors import ConfigError
 
 DEFAULT_MODELS = [{"name": "qwen3.7-plus", "weight": 0.7}, {"name": "claude-sonnet-5", "weight": 0.3}]
-DEFAULT_EVAL_TIMEOUT_S = 5400
+DEFAULT_EVAL_TIMEOUT_S = 600
 _LLM_KEYS = {"api_base", "api_key", "temperature", "max_tokens", "request_timeout_s", "retries",
              "retry_delay_s", "evaluation_timeout_s", "models", "random_seed"}
 

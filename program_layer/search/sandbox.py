@@ -1,9 +1,13 @@
 """Run one policy on one cell in its own process, with a wall-time and a memory limit.
 
 The child is ``python -m program_layer.search.worker``; it never shares memory with the
-caller, so a candidate that crashes the interpreter, hangs, or allocates without bound costs
-one run, never the search. Every outcome becomes a :class:`RunOutcome` with status
-``ok`` | ``error`` | ``timeout``; ``error`` carries a one-line reason.
+caller, so a simulator run that crashes the interpreter, hangs, or allocates without bound
+costs one run, never the search. The worker runs the simulator; a policy file runs in a
+further process of its own, confined by the operating system (namespaces, an empty
+read-only root, hard limits, seccomp; docs/security.md), and is called over a pipe with a
+per-decision deadline. Every outcome becomes a :class:`RunOutcome` with status
+``ok`` | ``error`` | ``timeout``; ``error`` carries a one-line reason, ``isolation`` says how
+the candidate was confined ("namespaces", or "fallback" where the platform has none).
 """
 from __future__ import annotations
 
@@ -19,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-DEFAULT_TIMEOUT_S = 5400.0      # Appendix F: 90-minute evaluation timeout
+DEFAULT_TIMEOUT_S = 600.0       # per run; a target-cell run takes seconds (Appendix F allowed 90 min)
 DEFAULT_MEMORY_MB = 8192        # a target-cell run peaks near 60 MiB RSS
+DEFAULT_DECISION_TIMEOUT_S = 1.0  # per policy decision (a decision takes microseconds)
 
 # Single-threaded numeric libraries: each thread pool reserves address space, which the
 # RLIMIT_AS cap would otherwise count against the candidate.
@@ -38,6 +43,9 @@ class RunOutcome:
     axis: Optional[str] = None
     class_name: Optional[str] = None
     wall_s: float = 0.0
+    isolation: Optional[str] = None       # "namespaces" | "fallback" | None (built-in policy)
+    isolation_detail: str = ""
+    channel: dict = field(default_factory=dict)   # decisions, seconds spent in the channel
 
     @property
     def ok(self) -> bool:
@@ -63,14 +71,22 @@ def _repo_root() -> str:
 def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
                timeout_s: float = DEFAULT_TIMEOUT_S, memory_mb: Optional[int] = DEFAULT_MEMORY_MB,
                runner: Optional[str] = None, work_dir: Optional[str | Path] = None,
-               keep_outputs: bool = False, prefer_class: Optional[str] = None) -> RunOutcome:
+               keep_outputs: bool = False, prefer_class: Optional[str] = None,
+               decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S, isolation: str = "auto",
+               static_check: bool = True, max_processes: int = 0) -> RunOutcome:
     """Run ``policy`` (NAME or /abs/file.py[:Class]) on ``cell`` in a child process.
     ``prefer_class`` picks among several policy classes in a file given without a class.
+
+    ``isolation``: "auto" (namespaces where the platform allows them, else the fallback,
+    with a warning), "namespaces" (refuse to run without them) or "fallback".
+    ``static_check`` False skips the early AST check (safety.py), which is a friendly error,
+    not the boundary. ``max_processes`` is the candidate's RLIMIT_NPROC inside its PID
+    namespace (0: it cannot fork; the fallback always uses 0).
 
     A successful run whose summary lacks a positive finite mean JCT is reported as an error
     (fitness would be undefined). The run folder is deleted unless ``keep_outputs``.
     """
-    rejected = _static_check(policy)
+    rejected = _static_check(policy) if static_check else None
     if rejected is not None:
         return RunOutcome("error", error=rejected)
     work_root = Path(work_dir) if work_dir else Path(tempfile.gettempdir())
@@ -79,7 +95,9 @@ def run_policy(policy: str, cell: str | Path, *, axis: Optional[str] = None,
     try:
         request = {"cell": str(Path(cell).resolve()), "axis": axis, "policy": policy,
                    "out_dir": str(run_dir / "out"), "memory_mb": memory_mb, "runner": runner,
-                   "prefer_class": prefer_class}
+                   "prefer_class": prefer_class, "timeout_s": timeout_s,
+                   "decision_timeout_s": decision_timeout_s, "isolation": isolation,
+                   "max_processes": max_processes}
         outcome = _run_child(run_dir, request, timeout_s)
     finally:
         if not keep_outputs:
@@ -132,7 +150,9 @@ def _run_child(run_dir: Path, request: dict, timeout_s: float) -> RunOutcome:
         return RunOutcome("error", error=f"unreadable result from the worker ({exc})", wall_s=wall_s)
     return RunOutcome(status=data.get("status", "error"), summary=data.get("summary") or {},
                       error=data.get("error"), traceback=data.get("traceback"),
-                      axis=data.get("axis"), class_name=data.get("class_name"), wall_s=wall_s)
+                      axis=data.get("axis"), class_name=data.get("class_name"), wall_s=wall_s,
+                      isolation=data.get("isolation"), isolation_detail=data.get("isolation_detail") or "",
+                      channel=data.get("channel") or {})
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
