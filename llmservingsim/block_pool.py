@@ -12,10 +12,13 @@ Invariants
   vLLM 0.19 appends every freed block to the tail; callers free a request's blocks in
   reverse so its tail is evicted before its prefix. Blocks whose content was dropped
   (``evict``) carry nothing worth keeping, so they go to the head and are reused first.
+- Blocks are created on first use (``FreeBlockQueue.fresh``): a pool costs O(1) until its
+  blocks are needed, so idle instances of a large cluster cost almost nothing, with the same
+  order and results as a pool whose blocks all exist from the start.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 
 class KVBlock:
@@ -33,9 +36,17 @@ class KVBlock:
 
 
 class FreeBlockQueue:
-    """Doubly linked list with sentinels: O(1) popleft, append, appendleft and remove."""
+    """Doubly linked list with sentinels: O(1) popleft, append, appendleft and remove.
 
-    __slots__ = ("head", "tail", "num_free")
+    ``FreeBlockQueue.fresh(n, make)`` holds blocks 0 .. n-1 in id order without creating
+    them: one marker node stands in the list for the never-used blocks ``_fresh_lo`` ..
+    ``_fresh_hi - 1``, and a ``popleft`` that reaches it creates the next one with
+    ``make(id)``. Blocks enter the list only at its ends, so the never-used blocks stay one
+    run, in id order, exactly where a list of real blocks would hold them: the order is the
+    same, and the cost is O(blocks used), not O(blocks).
+    """
+
+    __slots__ = ("head", "tail", "num_free", "_marker", "_fresh_lo", "_fresh_hi", "_make")
 
     def __init__(self, blocks: Iterable[KVBlock]):
         self.head = KVBlock(-1)
@@ -43,8 +54,22 @@ class FreeBlockQueue:
         self.head.next_free = self.tail
         self.tail.prev_free = self.head
         self.num_free = 0
+        self._marker: Optional[KVBlock] = None      # None: no never-used blocks left
+        self._fresh_lo = self._fresh_hi = 0
+        self._make: Optional[Callable[[int], KVBlock]] = None
         for b in blocks:
             self.append(b)
+
+    @classmethod
+    def fresh(cls, n: int, make: Callable[[int], KVBlock]) -> "FreeBlockQueue":
+        """Blocks 0 .. n-1 free in id order, each created by ``make(id)`` when first taken."""
+        q = cls(())
+        if n > 0:
+            q._marker = KVBlock(-3)
+            q._fresh_lo, q._fresh_hi, q._make = 0, n, make
+            q.append(q._marker)
+            q.num_free = n
+        return q
 
     def append(self, block: KVBlock) -> None:
         last = self.tail.prev_free
@@ -64,10 +89,22 @@ class FreeBlockQueue:
 
     def popleft(self) -> KVBlock:
         block = self.head.next_free
+        if block is self._marker:
+            return self._pop_fresh()
         if block is self.tail:
             raise RuntimeError("no free blocks")
         self.remove(block)
         return block
+
+    def _pop_fresh(self) -> KVBlock:
+        i = self._fresh_lo
+        self._fresh_lo = i + 1
+        if self._fresh_lo == self._fresh_hi:        # the last never-used block: drop the marker
+            marker, self._marker = self._marker, None
+            marker.prev_free.next_free = marker.next_free
+            marker.next_free.prev_free = marker.prev_free
+        self.num_free -= 1
+        return self._make(i)
 
     def remove(self, block: KVBlock) -> None:
         prev, nxt = block.prev_free, block.next_free
@@ -79,7 +116,10 @@ class FreeBlockQueue:
     def block_ids(self) -> list[int]:
         out, b = [], self.head.next_free
         while b is not self.tail:
-            out.append(b.block_id)
+            if b is self._marker:
+                out.extend(range(self._fresh_lo, self._fresh_hi))
+            else:
+                out.append(b.block_id)
             b = b.next_free
         return out
 
@@ -87,15 +127,15 @@ class FreeBlockQueue:
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
-    __slots__ = ("num_blocks", "blocks", "free_queue", "cached", "copies", "enable_caching",
+    __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
                  "null_block", "drop_epoch", "free_epoch")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
             raise ValueError("the KV pool needs at least 2 blocks (one is the null block)")
         self.num_blocks = num_blocks
-        self.blocks = [KVBlock(i) for i in range(num_blocks)]
-        self.free_queue = FreeBlockQueue(self.blocks)
+        self._blocks: list[KVBlock] = []            # blocks 0 .. len - 1 exist
+        self.free_queue = FreeBlockQueue.fresh(num_blocks, self._block)
         self.cached: dict[int, KVBlock] = {}
         self.copies: dict[int, list[KVBlock]] = {}
         self.enable_caching = enable_caching
@@ -103,6 +143,26 @@ class BlockPool:
         self.null_block.ref_cnt = 1
         self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
+
+    def _block(self, i: int) -> KVBlock:
+        """Block ``i``, created now unless ``blocks`` already did (the queue takes never-used
+        blocks in id order, so ``i`` is the next one to create)."""
+        blocks = self._blocks
+        if i < len(blocks):
+            return blocks[i]
+        if i != len(blocks):
+            raise RuntimeError(f"block {i} created out of order ({len(blocks)} exist)")
+        block = KVBlock(i)
+        blocks.append(block)
+        return block
+
+    @property
+    def blocks(self) -> list[KVBlock]:
+        """Every block by id, creating the never-used ones (O(num_blocks): checks and tests)."""
+        blocks = self._blocks
+        while len(blocks) < self.num_blocks:
+            blocks.append(KVBlock(len(blocks)))
+        return blocks
 
     @property
     def num_free(self) -> int:

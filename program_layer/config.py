@@ -30,6 +30,14 @@ ENGINE_KEYS = {
     "async_scheduling": ((bool,), True),
     "max_model_len": ((int,), None),
 }
+# Every released call's routing decision reads every instance's load (the routing policy is
+# given one entry per instance) and a completion's retention decision visits every instance,
+# so a run costs O(calls x instances) however few instances are busy (~10 us per instance per
+# call: 100000 instances take about 1 s per call). Idle instances themselves are nearly free
+# (their KV blocks are created on first use), and the GPUs per instance do not matter: one
+# instance is one engine whatever its tp x pp.
+MAX_INSTANCES = 10_000
+
 TOP_KEYS = {
     "model": ((str,), "meta-llama/Llama-3.1-8B"),
     "hardware": ((str,), "RTXPRO6000"),
@@ -120,6 +128,11 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
         val = (cfg[sec] if sec else cfg)[name]
         if val < minimum:
             raise ConfigError(f"must be >= {minimum}", file=source, line=lines.get(key), key=key)
+    if cfg["instances"] > MAX_INSTANCES:
+        raise ConfigError(f"{cfg['instances']} instances is more than the simulator supports (at most "
+                          f"{MAX_INSTANCES}): every call's routing decision reads every instance's load, so "
+                          "time grows with calls x instances", file=source, line=lines.get("instances"),
+                          key="instances")
     eng = cfg["engine"]
     for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_pool_tokens", "max_model_len"):
         if eng[name] is not None and eng[name] < 1:

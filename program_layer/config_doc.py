@@ -46,8 +46,9 @@ DESCRIPTIONS: dict[str, str] = {
                 "config. `agentservesim run --profiles DIR` overrides it.",
     "parallelism": "Tensor and pipeline parallelism of one instance (keys below). "
                    "`tp x pp` must not exceed the device's `gpus_per_node`.",
-    "instances": "Number of identical serving instances (>= 1); calls are spread over them by "
-                 "the routing policy.",
+    "instances": "Number of identical serving instances (1 to 10000); calls are spread over them "
+                 "by the routing policy. Every call's routing decision reads every instance's "
+                 "load, so time grows with calls x instances; idle instances cost almost nothing.",
     "engine": "vLLM engine arguments of every instance (keys below).",
     "workload": "Where the programs come from (keys below); required. Give exactly one of "
                 "`workload.path` and `workload.generator`.",

@@ -6,15 +6,18 @@ the chosen instance's signals (``self.signals``) and a PCB view whose KV fields 
 residency on that instance only.
 
 ``decide`` validates both results (instance: an int in [0, num_instances); q: an int) and
-raises ``PolicyError`` naming the policy, program, call and time on anything else.
+raises ``PolicyError`` naming the policy, program, call and time on anything else, including
+any ``BaseException`` the policy raises but a genuine interrupt (policies/checks.py).
 """
 from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .policies.checks import as_int, describe_exception, policy_error, InvalidDecision
+from llmservingsim.errors import ConfigError
+
+from .policies.checks import as_int, describe_exception, is_interrupt, policy_error, InvalidDecision
 from .pcb import NS_PER_S, PCBView
-from .policies.base import RoutingPolicy, SchedulingPolicy, Signals
+from .policies.base import RoutingPolicy, SchedulingPolicy, Signals, policy_label
 
 __all__ = ["DispatchPlane"]
 
@@ -32,7 +35,15 @@ class DispatchPlane:
 
     @property
     def engine_args(self) -> dict:
-        return dict(getattr(self.scheduling, "engine_args", {}) or {})
+        """The scheduling policy's engine arguments (read while building: a ConfigError)."""
+        try:
+            return dict(getattr(self.scheduling, "engine_args", {}) or {})
+        except BaseException as exc:
+            if is_interrupt(exc):
+                raise
+            raise ConfigError(f"scheduling policy {policy_label(self.scheduling)}: engine_args must be "
+                              f"a mapping of engine arguments: {describe_exception(exc)}",
+                              key="policies.scheduling") from None
 
     def route(self, view: PCBView, inflight: tuple, now_ns: int) -> int:
         try:
@@ -41,16 +52,20 @@ class DispatchPlane:
             if not 0 <= choice < self.num_instances:
                 raise InvalidDecision(f"selected instance {choice} out of range "
                                       f"[0, {self.num_instances})")
-        except Exception as exc:
+        except BaseException as exc:
+            if is_interrupt(exc):
+                raise
             raise policy_error("routing", self.routing, view, now_ns,
                                f"select: {describe_exception(exc)}") from exc
         return choice
 
     def priority(self, view: PCBView, signals: Signals, now_ns: int) -> int:
-        self.scheduling.signals = signals
         try:
+            self.scheduling.signals = signals
             return as_int(self.scheduling.priority(view, now_ns / NS_PER_S), "priority")
-        except Exception as exc:
+        except BaseException as exc:
+            if is_interrupt(exc):
+                raise
             raise policy_error("scheduling", self.scheduling, view, now_ns,
                                f"priority: {describe_exception(exc)}") from exc
 

@@ -6,57 +6,32 @@ through the ``apply_*`` methods below; nothing else calls them (a grep test enfo
 All times inside are integer nanoseconds.
 
 ``PCBView`` is what a policy sees: a snapshot of the deployable part of the PCB, built fresh
-for every policy call, holding only primitive values (seconds as floats) and immutable
-containers. Causal observation boundary: the trace's future output lengths, future tool
-durations, the number of remaining calls and the ``CallSpec`` objects are never stored in the
-PCB, so no attribute, ``__dict__`` (there is none: ``__slots__``) or reference chain from a view
-can reach them. Gaps become observations only when they are over (the successor's release).
+for every policy call, holding only primitive values (seconds as floats) and read-only
+containers that never change once the view is made (the gap histories: program_layer/gaps.py).
+Causal observation boundary: the trace's future output lengths, future tool durations, the
+number of remaining calls and the ``CallSpec`` objects are never stored in the PCB, so no
+attribute, ``__dict__`` (there is none: ``__slots__``) or reference chain from a view can
+reach them. Gaps become observations only when they are over (the successor's release).
 
-``ToolGapLog`` is the run-wide record of observed tool gaps per tool name (across all programs;
-what a deployed Continuum-style estimator sees); it is owned by the Orchestrator too.
+``ToolGapLog`` (program_layer/gaps.py) is the run-wide record of observed tool gaps per tool
+name (across all programs; what a deployed Continuum-style estimator sees); it is owned by the
+Orchestrator too. Each PCB keeps its own one for ``own_tool_gap_history``. Both append in O(1)
+and give views O(1) read-only snapshots, so building a view never costs O(calls).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Mapping, Optional
+
+from .gaps import NS_PER_S, ToolGapLog
 
 __all__ = ["ProgramControlBlock", "PCBView", "ToolGapLog", "NS_PER_S"]
 
-NS_PER_S = 1_000_000_000
 _EMPTY: tuple = ()
 
 
 def _s(ns: Optional[int]) -> Optional[float]:
     return None if ns is None else ns / NS_PER_S
-
-
-class ToolGapLog:
-    """Observed tool gaps (ns) per tool name, in observation order. Only grows.
-
-    ``snapshot()`` returns a read-only mapping tool -> tuple of gaps in seconds; it is cached
-    and rebuilt only for tools observed since the last snapshot, so views can share it.
-    """
-    __slots__ = ("_gaps_s", "_tuples", "_dirty", "_snapshot")
-
-    def __init__(self) -> None:
-        self._gaps_s: dict[Optional[str], list[float]] = {}
-        self._tuples: dict[Optional[str], tuple] = {}
-        self._dirty: dict[Optional[str], None] = {}     # insertion-ordered set
-        self._snapshot: Optional[Mapping[Optional[str], tuple]] = MappingProxyType({})
-
-    def add(self, tool: Optional[str], gap_ns: int) -> None:
-        self._gaps_s.setdefault(tool, []).append(gap_ns / NS_PER_S)
-        self._dirty[tool] = None
-        self._snapshot = None
-
-    def snapshot(self) -> Mapping[Optional[str], tuple]:
-        if self._snapshot is None:
-            for tool in self._dirty:
-                self._tuples[tool] = tuple(self._gaps_s[tool])
-            self._dirty.clear()
-            self._snapshot = MappingProxyType(dict(self._tuples))
-        return self._snapshot
 
 
 @dataclass(slots=True)
@@ -87,8 +62,7 @@ class ProgramControlBlock:
     tool_name: Optional[str] = None
     gap_start_ns: Optional[int] = None
     gap_end_ns: Optional[int] = None        # set when the successor is released
-    own_gaps_ns: dict = field(default_factory=dict)   # tool -> [gap_ns], this program only
-    own_gaps_view: Optional[Mapping] = None  # cached read-only seconds snapshot of own_gaps_ns
+    own_gaps: ToolGapLog = field(default_factory=ToolGapLog)   # this program's gaps only
     completion_ns: Optional[int] = None     # completion of the last call (program done)
 
     # ----- mutators: called only by the Orchestrator --------------------------------------
@@ -102,8 +76,7 @@ class ProgramControlBlock:
             return None
         gap = now_ns - self.gap_start_ns
         self.gap_end_ns = now_ns
-        self.own_gaps_ns.setdefault(self.tool_name, []).append(gap)
-        self.own_gaps_view = None
+        self.own_gaps.add(self.tool_name, gap)
         return gap
 
     def apply_dispatch(self, instance: int) -> None:
@@ -164,9 +137,6 @@ class ProgramControlBlock:
         on_target = instance is None or instance == self.kv_instance
         entry = self.kv_entry and on_target
         deadline = self.kv_deadline_ns if entry else None
-        if self.own_gaps_view is None:
-            self.own_gaps_view = MappingProxyType({
-                tool: tuple(g / NS_PER_S for g in lst) for tool, lst in self.own_gaps_ns.items()})
         return PCBView(
             program_id=self.program_id, session_id=self.session_id,
             arrival_s=self.arrival_ns / NS_PER_S, call_index=self.call_index,
@@ -180,7 +150,7 @@ class ProgramControlBlock:
             tool_name=self.tool_name, gap_start_s=_s(self.gap_start_ns),
             gap_end_s=_s(self.gap_end_ns), context_tokens=self.context_tokens,
             release_s=_s(self.release_ns), num_preemptions=self.num_preemptions,
-            gaps=gaps, own_gaps=self.own_gaps_view)
+            gaps=gaps, own_gaps=self.own_gaps.snapshot())
 
 
 class PCBView:
@@ -239,12 +209,13 @@ class PCBView:
         end = self._gap_end_s if self._gap_end_s is not None else now
         return end - self.gap_start_s
 
-    def tool_gap_history(self, tool: Optional[str]) -> tuple:
-        """Observed gaps (s) of ``tool`` across all programs so far, oldest first."""
+    def tool_gap_history(self, tool: Optional[str]):
+        """Observed gaps (s) of ``tool`` across all programs so far, oldest first: a read-only
+        tuple-like sequence (``gaps.GapHistory``; ``()`` when there is none), O(1) to get."""
         return self._gaps.get(tool, _EMPTY)
 
-    def own_tool_gap_history(self, tool: Optional[str]) -> tuple:
-        """Observed gaps (s) of ``tool`` in this program so far, oldest first."""
+    def own_tool_gap_history(self, tool: Optional[str]):
+        """Observed gaps (s) of ``tool`` in this program so far, oldest first (as above)."""
         return self._own_gaps.get(tool, _EMPTY)
 
     def __repr__(self) -> str:

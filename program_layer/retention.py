@@ -3,7 +3,9 @@ validates what it returns and converts it to an engine ``hooks.RetentionDecision
 
 Policy decisions -> engine terms:
   ("protect", until[, value])  -> RetentionDecision("protect", deadline_ns=round(until*1e9),
-                                  value) ; a deadline <= now is a release (d = c, §3.4)
+                                  value) ; a deadline <= now is a release (d = c, §3.4).
+                                  ``until`` is absolute simulated seconds: it must be a finite
+                                  number >= 0 (a negative one is a TTL mistaken for a time)
   "release" / "evict"          -> RELEASE / EVICT
   "none"                       -> NONE on arrival (leave the entry as it is); at completion
                                   there is no entry yet, so it means the engine default,
@@ -11,15 +13,17 @@ Policy decisions -> engine terms:
 On arrival the engine acts only on RELEASE and EVICT (the entry is about to be reused by the
 arriving call); a valid ("protect", ...) there is therefore returned as NONE, so the PCB and
 the engine agree that the existing entry keeps its deadline.
-A policy that raises or returns anything else raises ``PolicyError``.
+A policy that raises (any ``BaseException`` but a genuine interrupt: policies/checks.py) or
+returns anything else raises ``PolicyError``.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 from hooks import EVICT, NONE, RELEASE, KVEntryInfo, RetentionDecision, default_eviction_key
 
-from .policies.checks import InvalidDecision, as_finite, describe_exception, policy_error
+from .policies.checks import InvalidDecision, as_finite, describe_exception, is_interrupt, policy_error
 from .pcb import NS_PER_S, PCBView
 from .policies.base import RetentionPolicy, Signals
 
@@ -61,21 +65,25 @@ class RetentionPlane:
 
     def on_complete(self, view: PCBView, request_id: int, signals: Signals,
                     now_ns: int) -> RetentionDecision:
-        self.policy.signals = signals
         try:
+            self.policy.signals = signals
             raw = self.policy.on_turn_complete(view, request_id, now_ns / NS_PER_S)
             decision = to_engine_decision(raw, now_ns)
-        except Exception as exc:
+        except BaseException as exc:
+            if is_interrupt(exc):
+                raise
             raise policy_error("retention", self.policy, view, now_ns,
                                f"on_turn_complete: {describe_exception(exc)}") from exc
         return RELEASE if decision is NONE else decision
 
     def on_arrival(self, view: PCBView, signals: Signals, now_ns: int) -> RetentionDecision:
-        self.policy.signals = signals
         try:
+            self.policy.signals = signals
             raw = self.policy.on_turn_arrival(view, now_ns / NS_PER_S)
             decision = to_engine_decision(raw, now_ns)
-        except Exception as exc:
+        except BaseException as exc:
+            if is_interrupt(exc):
+                raise
             raise policy_error("retention", self.policy, view, now_ns,
                                f"on_turn_arrival: {describe_exception(exc)}") from exc
         return NONE if decision.kind == "protect" else decision
@@ -88,14 +96,22 @@ class RetentionPlane:
         try:
             raw = self.policy.eviction_key(EntryView(entry, now_ns, program), now_ns / NS_PER_S)
             parts = raw if isinstance(raw, tuple) else (raw,)
+            # the key is compared later, outside this try: only plain bools, ints and floats
+            # go on (any other number as its float), so no policy code runs in that sort
+            key = []
             for i, part in enumerate(parts):
-                if not isinstance(part, bool):      # eq. 5's indicator is a fine element
-                    as_finite(part, f"eviction_key element {i}")
-        except Exception as exc:
+                if isinstance(part, bool):          # eq. 5's indicator is a fine element
+                    key.append(part)
+                else:
+                    v = as_finite(part, f"eviction_key element {i}")
+                    key.append(part if type(part) is int else v)
+        except BaseException as exc:
+            if is_interrupt(exc):
+                raise
             where = program if program is not None else f"owner {entry.owner}"
             raise policy_error("retention", self.policy, where, now_ns,
                                f"eviction_key: {describe_exception(exc)}") from exc
-        return tuple(parts) + (entry.seq,)
+        return tuple(key) + (entry.seq,)
 
 
 def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
@@ -108,9 +124,14 @@ def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
         return decision
     if isinstance(raw, (tuple, list)) and len(raw) in (2, 3) and raw[0] == "protect":
         until = as_finite(raw[1], "protect deadline 'until'")
+        if until < 0:
+            raise InvalidDecision(f"protect deadline 'until' must be >= 0, got {until!r}: it is an "
+                                  f"absolute simulated time in seconds (e.g. now + ttl), not a TTL")
         value = None
         if len(raw) == 3 and raw[2] is not None:
             value = as_finite(raw[2], "protect value")
+        if not math.isfinite(until * NS_PER_S):
+            raise InvalidDecision(f"protect deadline 'until' {until!r} s is too large")
         deadline_ns = int(round(until * NS_PER_S))
         if deadline_ns <= now_ns:
             return RELEASE

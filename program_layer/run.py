@@ -32,6 +32,7 @@ from .dispatch import DispatchPlane
 from .orchestrator import Orchestrator
 from .policies import load_policy
 from .policies.builtin_retention import CacheLRU
+from .policies.checks import signals_recorded
 from .program_hooks import ProgramHooks
 from .retention import RetentionPlane
 from .workload_io import load_workload
@@ -59,10 +60,12 @@ class Simulation:
         return max((f.info.completion_ns for f in self.cluster.finished_calls), default=0)
 
     def run(self, quiet: bool = True) -> None:
-        """Simulate to the end; a progress bar of completed calls on a terminal unless quiet."""
+        """Simulate to the end; a progress bar of completed calls on a terminal unless quiet.
+        While it runs, a KeyboardInterrupt from a real Ctrl-C/SIGTERM is told apart from one
+        policy code raises (``signals_recorded``: the latter becomes a PolicyError)."""
         from .sweep.progress import progress
         total = sum(len(p.calls) for p in self.programs)
-        with progress(total, "simulating calls", quiet=quiet) as bar:
+        with signals_recorded(), progress(total, "simulating calls", quiet=quiet) as bar:
             if bar.enabled:
                 done = self.cluster.on_request_finished
                 cluster = self.cluster
@@ -224,6 +227,7 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
                                           for r in (sim.timer.comm.regimes if sim.timer.comm is not None else ())]},
         "energy_j": round(energy, 3),
         "steps": sum(inst.num_steps for inst in sim.cluster.instances),
+        "timeseries_interval_s": sim.metrics.interval_s(end_ns),
         "engine": {k: sim.engine[k] for k in sorted(sim.engine)},
         "workload": sim.workload_source if not Path(sim.workload_source).is_absolute() else Path(sim.workload_source).name,
     }

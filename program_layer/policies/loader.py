@@ -25,6 +25,7 @@ from .base import RetentionPolicy, RoutingPolicy, SchedulingPolicy
 from .builtin_retention import TTL, CacheLRU, ContinuumTTL, EvictAlways, PressureTTL
 from .builtin_routing import LeastLoaded, RoundRobin, SessionAffinity
 from .builtin_scheduling import FCFS, PLAS, ProgramFCFS
+from .checks import is_interrupt
 from .min_waste import MinWaste
 
 __all__ = ["AXES", "BUILTINS", "load_policy", "substituted"]
@@ -82,7 +83,9 @@ def load_policy(axis: str, spec: Any, *, base_dir: Path) -> Any:
         raise
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"cannot construct {axis} policy {name!r}: {exc}", key=key) from None
-    except Exception as exc:  # a user constructor failing is a config problem, one line
+    except BaseException as exc:  # a user constructor failing (even SystemExit) is a config problem
+        if is_interrupt(exc):
+            raise
         raise ConfigError(f"{axis} policy {name!r} raised while constructing: "
                           f"{type(exc).__name__}: {exc}", key=key) from None
     try:
@@ -172,8 +175,10 @@ def _exec_file(path: Path, key: str):
         sys.modules.pop(mod_name, None)
         raise ConfigError(f"syntax error in policy file: {exc.msg}", file=str(path),
                           line=exc.lineno, key=key) from None
-    except Exception as exc:
+    except BaseException as exc:        # SystemExit at import too; a real Ctrl-C passes
         sys.modules.pop(mod_name, None)
+        if is_interrupt(exc):
+            raise
         raise ConfigError(f"policy file raised while loading: {type(exc).__name__}: {exc}",
                           file=str(path), key=key) from None
     return module
