@@ -17,7 +17,6 @@ after.
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -28,6 +27,7 @@ import yaml
 from llmservingsim.errors import ConfigError, ProfileError, parse_yaml, read_text
 from llmservingsim.overhead_model import FRAMEWORK_KEYS, Framework, parse_framework
 
+from .digests import file_sha256
 from .validate import STATS, compare, metrics, pair, sim_records
 
 # search range of each parameter: (low, high); the grid uses GRID points across it
@@ -134,14 +134,6 @@ def calibrate(cfg: dict, real, start: Framework, params=DEFAULT_PARAMS, config_p
     return Result(fitted, params, before, ev.table(fitted), ev.evaluations)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_calibration(path: Path, result: Result, cfg: dict, real, config_path: str) -> None:
     """A calibration file: what it applies to, the fitted framework, and its provenance."""
     doc = {"calibration": {
@@ -150,7 +142,7 @@ def write_calibration(path: Path, result: Result, cfg: dict, real, config_path: 
         "framework": {k: round(v, 6) for k, v in asdict(result.framework).items()},
         "fitted": list(result.params),
         "fitted_on": {"real_run": str(real.path), "requests": len(real.records),
-                      "requests_sha256": _sha256(Path(real.path) / "requests.jsonl"), "config": str(config_path),
+                      "requests_sha256": file_sha256(Path(real.path) / "requests.jsonl"), "config": str(config_path),
                       "evaluations": result.evaluations},
         "errors_pct_before": {m: {s: v["error_pct"] for s, v in st.items()} for m, st in result.before.items()},
         "errors_pct_after": {m: {s: v["error_pct"] for s, v in st.items()} for m, st in result.after.items()},

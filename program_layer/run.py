@@ -26,7 +26,7 @@ from llmservingsim.profiles import load_bundle
 from llmservingsim.scheduler import Scheduler, SchedulerConfig
 from llmservingsim.step_timer import StepTimer
 
-from . import outputs
+from . import outputs, package_version
 from .config import resolve_engine, validate_config
 from .dispatch import DispatchPlane
 from .orchestrator import Orchestrator
@@ -255,14 +255,6 @@ def policy_label(spec) -> str:
         params = ", ".join(f"{k}={v}" for k, v in sorted(spec.items()) if k != "name")
         return f"{text}({params})" if params else text
     return text
-
-
-def package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("agentservesim")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def resolved_config(sim: Simulation) -> dict:

@@ -17,12 +17,11 @@ context)`` with ``reuse_prefix_toks`` defaulting to ``min(previous context, inpu
 from __future__ import annotations
 
 import copy
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from llmservingsim.errors import WorkloadError
+from program_layer.digests import file_sha256
 
 
 @dataclass
@@ -89,7 +88,7 @@ def load_plan(path, time_scale: float = 1.0) -> ReplayPlan:
         subs = obj["sub_requests"] if "sub_requests" in obj else [obj]
         programs.append(ReplayProgram(spec.program_id, ranks[spec.program_id], spec.session_id,
                                       spec.arrival_ns, _calls(spec.calls, subs, "sub_requests" in obj)))
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = file_sha256(path)
     return ReplayPlan(path, digest, time_scale, programs, [obj for _, obj in scaled])
 
 

@@ -59,15 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None,
                         help="wall-time limit per simulator run in seconds (default: the LLM "
                              f"config's evaluation_timeout_s, else {oe_config.DEFAULT_EVAL_TIMEOUT_S})")
-    parser.add_argument("--decision-timeout", type=float, default=sandbox.DEFAULT_DECISION_TIMEOUT_S,
-                        help="wall-time limit per policy decision in seconds (default "
-                             f"{sandbox.DEFAULT_DECISION_TIMEOUT_S:g}); past it a candidate scores 0")
-    parser.add_argument("--isolation", choices=("auto", "namespaces", "fallback"), default="auto",
-                        help="how each candidate's process is confined (default auto: Linux "
-                             "namespaces where available, else the weaker fallback with a "
-                             "warning; docs/security.md)")
-    parser.add_argument("--memory-mb", type=int, default=sandbox.DEFAULT_MEMORY_MB,
-                        help="address-space limit per simulator run, and per candidate policy process, in MiB")
+    sandbox.add_confinement_arguments(parser)
     parser.add_argument("--parallel", type=int, default=1, help="candidates evaluated at once")
     parser.add_argument("--random-seed", type=int, default=42, help="OpenEvolve's random seed")
     parser.add_argument("--runner", default=None, help=argparse.SUPPRESS)   # tests: fake simulator

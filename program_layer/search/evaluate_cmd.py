@@ -36,15 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="policy axis (default: from the class's base)")
     parser.add_argument("--timeout", type=float, default=sandbox.DEFAULT_TIMEOUT_S,
                         help=f"wall-time limit per simulator run in seconds (default {sandbox.DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--decision-timeout", type=float, default=sandbox.DEFAULT_DECISION_TIMEOUT_S,
-                        help="wall-time limit per policy decision in seconds (default "
-                             f"{sandbox.DEFAULT_DECISION_TIMEOUT_S:g}); past it the policy scores 0")
-    parser.add_argument("--isolation", choices=("auto", "namespaces", "fallback"), default="auto",
-                        help="how the policy's process is confined: Linux namespaces where "
-                             "available (auto, the default), always (namespaces: refuse "
-                             "without), or the weaker fallback (docs/security.md)")
-    parser.add_argument("--memory-mb", type=int, default=sandbox.DEFAULT_MEMORY_MB,
-                        help="address-space limit per simulator run, and per candidate policy process, in MiB")
+    sandbox.add_confinement_arguments(parser)
     parser.add_argument("--cache-dir", default=_DEFAULT_CACHE,
                         help="where the seed's JCT is cached (keyed by cell, seed source and "
                              "simulator source); '' disables caching")

@@ -39,6 +39,8 @@ from typing import Optional
 import yaml
 
 from llmservingsim.errors import SimError
+from program_layer import package_version
+from program_layer.digests import file_sha256
 from program_layer.search import axes, sandbox
 
 _FINGERPRINT_DIRS = ("llmservingsim", "program_layer", "hooks")
@@ -95,23 +97,7 @@ def simulator_fingerprint() -> str:
         for path in sorted(p for p in (root / top).rglob("*") if p.is_file()):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
-    digest.update(_package_version().encode())
-    return digest.hexdigest()
-
-
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("agentservesim")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+    digest.update(package_version().encode())
     return digest.hexdigest()
 
 
@@ -133,7 +119,7 @@ def _referenced_files(config, base: Path) -> dict:
             try:
                 path = Path(value) if Path(value).is_absolute() else base / value
                 if path.is_file():
-                    out[value] = _file_digest(path)
+                    out[value] = file_sha256(path)
             except (OSError, ValueError):
                 pass
     visit(config)
@@ -251,7 +237,7 @@ def seed_baseline(settings: EvalSettings) -> tuple[list[dict], bool]:
         _write_atomically(path, json.dumps({
             "format": _CACHE_FORMAT, "key": key, "checksum": _checksum(key, cells),
             "seed_policy": settings.seed_policy, "cells": cells, "cell_paths": settings.cells(),
-            "simulator_version": _package_version()}, indent=1))
+            "simulator_version": package_version()}, indent=1))
     return cells, False
 
 

@@ -181,3 +181,16 @@ def _death_reason(returncode: int, run_dir: Path) -> str:
             name = str(-returncode)
         return f"crashed: killed by signal {name} (memory limit or crash){tail}"
     return f"crashed: worker exited with status {returncode} without a result{tail}"
+
+
+def add_confinement_arguments(parser) -> None:
+    """--decision-timeout, --isolation, --memory-mb: shared by `search` and `evaluate-policy`."""
+    parser.add_argument("--decision-timeout", type=float, default=DEFAULT_DECISION_TIMEOUT_S,
+                        help="wall-time limit per policy decision in seconds (default "
+                             f"{DEFAULT_DECISION_TIMEOUT_S:g}); past it the policy scores 0")
+    parser.add_argument("--isolation", choices=("auto", "namespaces", "fallback"), default="auto",
+                        help="how the policy's process is confined: Linux namespaces where "
+                             "available (auto, the default; else the weaker fallback with a warning), "
+                             "always (namespaces: refuse without), or the fallback (docs/security.md)")
+    parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB,
+                        help="address-space limit per simulator run, and per candidate policy process, in MiB")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from llmservingsim.errors import ConfigError
+from program_layer.digests import file_sha256
 
 CELL_ID_CHARS = 12  # 48 bits of sha256: collisions are negligible for any sweep a person runs
 
@@ -82,7 +83,7 @@ def referenced_file_digests(config: Mapping[str, Any], base_dir: Path) -> dict[s
     for ref in refs:
         path = Path(ref) if Path(ref).is_absolute() else Path(base_dir) / ref
         if path.is_file():
-            digests[ref] = hashlib.sha256(path.read_bytes()).hexdigest()
+            digests[ref] = file_sha256(path)
     return digests
 
 
