@@ -145,12 +145,5 @@ def fit_collectives(rows: list, layers: int, hidden: int, framework: Framework,
     return (Regime(a_s, bw_s, CUSTOM_ALLREDUCE_MAX_BYTES), Regime(a_l, bw_l, None))
 
 
-def regime_us(regimes: tuple, size: int) -> float:
-    for r in regimes:
-        if r.max_bytes is None or size < r.max_bytes:
-            return r.latency_us + size / (r.bandwidth_gbs * 1e3)
-    raise AssertionError("the last regime is unbounded")
-
-
 def table_path(root: Path, hardware: str, model: str, tp: int) -> Path:
     return Path(root) / hardware / model / "bf16" / f"tp{tp}" / "step_overhead.csv"

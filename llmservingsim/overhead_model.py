@@ -62,6 +62,10 @@ class Regime:
     bandwidth_gbs: float
     max_bytes: Optional[int] = None      # None: no upper bound (the last regime)
 
+    def us(self, size_bytes: int) -> float:
+        """One all-reduce of ``size_bytes`` (decimal GB/s: bytes / (GB/s x 1e3) is µs)."""
+        return self.latency_us + size_bytes / (self.bandwidth_gbs * 1e3)
+
 
 @dataclass(frozen=True)
 class OverheadModel:

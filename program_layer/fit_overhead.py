@@ -18,8 +18,8 @@ from pathlib import Path
 from llmservingsim import perf_model
 from llmservingsim.model_config import load_model
 from llmservingsim.overhead_fit import (fit_collectives, fit_framework, leave_one_out, per_allreduce, predict,
-                                        read_rows, regime_us, table_path)
-from llmservingsim.overhead_model import Framework
+                                        read_rows, table_path)
+from llmservingsim.overhead_model import Framework, regime_for
 from llmservingsim.paths import examples_dir, hardware_dir, profiles_dir, project_root
 
 DEV_CELL = "validation/RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10"
@@ -129,7 +129,7 @@ def fit_rtx_tp2(out: list, fw: Framework):
     pts = per_allreduce(rows, model.num_layers, model.hidden_size, fw)
     for size, t, r in pts:
         reg2 = fit_collectives([x for x in rows if x.pc != r.pc], model.num_layers, model.hidden_size, fw, busbw)
-        out.append(f"| {r.pc} | {r.nd} | {size} | {t:.1f} | {regime_us(regimes, size):.1f} | {regime_us(reg2, size):.1f} |")
+        out.append(f"| {r.pc} | {r.nd} | {size} | {t:.1f} | {regime_for(regimes, size).us(size):.1f} | {regime_for(reg2, size).us(size):.1f} |")
     return regimes
 
 

@@ -7,7 +7,7 @@ import pytest
 from llmservingsim.errors import ProfileError
 from llmservingsim.model_config import load_model
 from llmservingsim.overhead_fit import (CUSTOM_ALLREDUCE_MAX_BYTES, Row, fit_collectives, fit_framework,
-                                        implausible, leave_one_out, per_allreduce, predict, regime_us)
+                                        implausible, leave_one_out, per_allreduce, predict)
 from llmservingsim.overhead_model import Framework, Regime, load_overhead, parse_overhead, regime_for
 from llmservingsim.perf_model import PerformanceModel, batch_shape
 from llmservingsim.profiles import load_bundle
@@ -38,7 +38,7 @@ def test_step_timer_adds_the_framework_overhead_exactly():
 def test_regimes_pick_the_first_bound_the_message_fits_under():
     rs = (Regime(0.0, 28.0, 8 << 20), Regime(300.0, 35.0))
     assert regime_for(rs, (8 << 20) - 1) is rs[0] and regime_for(rs, 8 << 20) is rs[1]
-    assert regime_us(rs, 28_000_000) == pytest.approx(300 + 28_000_000 / 35e3)
+    assert regime_for(rs, 28_000_000).us(28_000_000) == pytest.approx(300 + 28_000_000 / 35e3)
 
 
 @pytest.mark.parametrize("raw,key", [
@@ -103,7 +103,7 @@ def test_collective_fit_recovers_both_regimes_and_drops_impossible_points():
     for pc, nd in [(0, 4), (0, 8), (0, 12), (256, 4), (480, 8), (1024, 4), (2048, 8), (8192, 4)]:
         size = (pc + nd) * hidden * 2
         kernel = 50_000.0 + 40.0 * pc
-        rows.append(Row(pc, nd, kernel + predict(fw, Row(pc, nd, 0, kernel)) + 2 * layers * regime_us((small, large), size),
+        rows.append(Row(pc, nd, kernel + predict(fw, Row(pc, nd, 0, kernel)) + 2 * layers * regime_for((small, large), size).us(size),
                         kernel))
     good = fit_collectives(rows, layers, hidden, fw)
     assert good[0].latency_us == pytest.approx(5.0, abs=1e-6) and good[0].bandwidth_gbs == pytest.approx(28.0)
