@@ -28,7 +28,9 @@ from llmservingsim.errors import ConfigError, ProfileError, parse_yaml, read_tex
 from llmservingsim.overhead_model import FRAMEWORK_KEYS, Framework, parse_framework
 
 from .digests import file_sha256
-from .validate import STATS, compare, metrics, pair, sim_records
+from .outputs import call_rows, write_atomic
+from .run import build_simulation      # run imports this module only inside a function
+from .validate import STATS, compare_calls
 
 # search range of each parameter: (low, high); the grid uses GRID points across it
 RANGES = {"step_us": (-3000.0, 10000.0), "prefill_us": (0.0, 20000.0), "prefill_compute": (-0.3, 1.0)}
@@ -67,11 +69,7 @@ class Evaluator:
     """Simulates ``cfg`` with a given framework overhead and compares with ``real``."""
 
     def __init__(self, cfg: dict, real, config_path: Optional[str] = None):
-        from .run import build_simulation
-        from . import outputs
-        self._build, self._outputs = build_simulation, outputs
         self.cfg, self.real, self.config_path = cfg, real, config_path
-        self.real_metrics = metrics(real.records)
         self.evaluations = 0
         self._memo: dict = {}
 
@@ -79,11 +77,10 @@ class Evaluator:
         """(table, request pairs) of the simulation with ``fw`` (memoised)."""
         key = tuple(round(getattr(fw, k), 9) for k in FRAMEWORK_KEYS)
         if key not in self._memo:
-            sim = self._build(self.cfg, framework=fw)
+            sim = build_simulation(self.cfg, framework=fw)
             sim.run()
-            rows = self._outputs.call_rows(sim.cluster.finished_calls, sim.programs)
-            pairs = pair(self.real, sim_records(rows, self.real.keyed), self.config_path)
-            self._memo[key] = (compare(self.real_metrics, metrics([s for _, s in pairs])), pairs)
+            self._memo[key] = compare_calls(self.real, call_rows(sim.cluster.finished_calls, sim.programs),
+                                            self.config_path)
             self.evaluations += 1
         return self._memo[key]
 
@@ -149,10 +146,8 @@ def write_calibration(path: Path, result: Result, cfg: dict, real, config_path: 
     }}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("# agentservesim calibrate: a deployment's framework overhead fitted to one real run\n"
-                   + yaml.safe_dump(doc, sort_keys=False))
-    tmp.replace(path)
+    write_atomic(path, "# agentservesim calibrate: a deployment's framework overhead fitted to one real run\n"
+                 + yaml.safe_dump(doc, sort_keys=False))
 
 
 def load_calibration(path: Path, cfg: dict, overhead):

@@ -112,12 +112,8 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
             cfg["workload"]["seed"] = seed
     policies = {axis: load_policy(axis, cfg["policies"][axis], base_dir=base)
                 for axis in ("retention", "scheduling", "routing")}
-    model_ref = cfg["model"]                 # a registry name, or a path relative to the config
-    if (Path(model_ref).suffix == ".json" or len(Path(model_ref).parts) > 2) and not Path(model_ref).is_absolute() \
-            and (base / model_ref).exists():
-        model_ref = str(base / model_ref)
-    model = load_model(model_ref)
-    device = load_device(cfg["hardware"] if not Path(cfg["hardware"]).suffix else str(base / cfg["hardware"]))
+    model = load_model(config_ref("model", cfg["model"], base))
+    device = load_device(config_ref("hardware", cfg["hardware"], base))
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
     if tp * pp > device.gpus_per_node:
         raise ConfigError(f"tp x pp = {tp * pp} GPUs, but a {device.name} node has {device.gpus_per_node}: "
@@ -165,6 +161,18 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
                       base, bundle)
+
+
+def config_ref(key: str, ref: str, base: Path) -> str:
+    """``model`` or ``hardware`` as load_model / load_device take it: a registry name stays
+    as it is; a path (hardware: a file name with a suffix; model: a config.json, or a path of
+    more than org/name that exists) relative to the config's folder is joined to it."""
+    p = Path(ref)
+    if key == "hardware":
+        is_path = bool(p.suffix)
+    else:
+        is_path = (p.suffix == ".json" or len(p.parts) > 2) and (base / ref).exists()
+    return str(base / ref) if is_path and not p.is_absolute() else ref
 
 
 def _check_calls_fit(programs, pool_tokens: int, max_model_len: int) -> None:
@@ -272,8 +280,8 @@ def resolved_config(sim: Simulation) -> dict:
     for key in ("calibration", "profiles"):
         if cfg.get(key):
             cfg[key] = absolute(cfg[key])
-    for key in ("hardware", "model"):
-        if Path(cfg[key]).suffix and (base / cfg[key]).exists():
+    for key in ("hardware", "model"):        # the paths _build resolved, made absolute
+        if config_ref(key, cfg[key], base) != cfg[key]:
             cfg[key] = absolute(cfg[key])
     for axis, spec in cfg["policies"].items():
         name = spec.get("name") if isinstance(spec, dict) else spec

@@ -138,6 +138,13 @@ def pair(real: RealRun, sim: list, config: str = None) -> list:
     return pairs
 
 
+def compare_calls(real: RealRun, call_rows: list, config: str = None) -> tuple:
+    """(table, pairs): a simulation's calls (``outputs.call_rows`` or calls.csv rows) paired
+    with the real run's requests and compared metric by metric."""
+    pairs = pair(real, sim_records(call_rows, real.keyed), config)
+    return compare(metrics([r for r, _ in pairs]), metrics([s for _, s in pairs])), pairs
+
+
 def metrics(records) -> dict:
     return {"ttft_s": [r.ttft for r in records],
             "tpot_s": [r.tpot for r in records if r.tpot is not None],

@@ -20,13 +20,6 @@ def add_arguments(p) -> None:
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
 
 
-def policy_text(spec) -> str:
-    if isinstance(spec, dict):
-        params = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
-        return f"{spec.get('name')}({params})" if params else str(spec.get("name"))
-    return str(spec)
-
-
 def memory_text(m: dict) -> str:
     """vLLM 0.19's KV budget, term by term (llmservingsim.memory_model)."""
     if m["overridden"]:
@@ -80,6 +73,6 @@ def main(args) -> int:
     if not args.quiet:
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{cfg['parallelism']['tp']}"
               f" x {cfg['instances']} instance(s); policies "
-              + ", ".join(f"{axis}={policy_text(spec)}" for axis, spec in cfg["policies"].items()))
+              + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items()))
         print(summary_text(summary, out, time.perf_counter() - t0))
     return 0

@@ -30,14 +30,11 @@ def simulate_and_compare(cfg: dict, real, out: Path, config_path: str):
     import csv
 
     from program_layer.run import run_config
-    from program_layer.validate import compare, metrics, pair, sim_records
+    from program_layer.validate import compare_calls
 
     run_config(cfg, out)
     with open(out / "calls.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    pairs = pair(real, sim_records(rows, real.keyed), config_path)
-    table = compare(metrics([r for r, _ in pairs]), metrics([s for _, s in pairs]))
-    return table, pairs
+        return compare_calls(real, list(csv.DictReader(f)), config_path)
 
 
 def main(args) -> int:
