@@ -59,13 +59,16 @@ class _StreamFactory:
 
 
 def build_programs(records: Iterable[tuple[int, dict]], source: str, block_size: int = 16) -> list[ProgramSpec]:
-    """Program specs from parsed records (request or program schema, decided by the first)."""
+    """Program specs from parsed records (request or program schema, decided by the first).
+    Every source's session ids are assigned here (a record's ``session_id`` / ``request_id``,
+    else ``program-N`` / ``request-N``): a duplicate is an error naming both lines."""
     records = list(records)
     if not records:
         raise WorkloadError("empty workload: no records", file=source)
     is_program = "sub_requests" in records[0][1]
     streams = _StreamFactory(block_size)
     programs = []
+    first_line: dict[str, int] = {}       # session id -> the line that took it
     for pid, (lineno, obj) in enumerate(records):
         where = {"file": source, "line": lineno}
         if is_program != ("sub_requests" in obj):
@@ -80,6 +83,10 @@ def build_programs(records: Iterable[tuple[int, dict]], source: str, block_size:
         else:
             session = str(obj.get("request_id", f"request-{pid}"))
             calls = [_request_call(pid, obj, where, streams)]
+        if session in first_line:          # outputs key sessions by id: two would be merged
+            field = "session_id" if is_program else "request_id"
+            raise WorkloadError(f"duplicate {field} {session!r} (also on line {first_line[session]})", **where)
+        first_line[session] = lineno
         programs.append(ProgramSpec(pid, session, arrival, calls))
     return programs
 

@@ -82,6 +82,16 @@ def check_time_scale(time_scale: float) -> float:
     return float(time_scale)
 
 
+MAX_IDLE_S = 600.0     # default: an idle stretch longer than this is shortened to it
+
+
+def check_max_idle_s(max_idle_s: float) -> float:
+    """``max_idle_s`` must be a positive finite number of seconds (key ``workload.max_idle_s``)."""
+    if not finite_number(max_idle_s) or max_idle_s <= 0:
+        raise ConfigError(f"must be a number of seconds > 0, got {max_idle_s!r}", key="workload.max_idle_s")
+    return float(max_idle_s)
+
+
 def check_limit(limit: int | None) -> int | None:
     """``limit`` must be None or a positive integer (key ``workload.limit``)."""
     if limit is None:

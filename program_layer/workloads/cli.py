@@ -15,6 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ._fields import MAX_IDLE_S
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``generate`` / ``import`` / ``stats`` sub-actions to the ``workload`` parser."""
@@ -35,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("--out", required=True, help="output JSONL path")
     imp.add_argument("--limit", type=int, default=None,
                      help="keep the first N requests (file order) or programs (by arrival)")
-    imp.add_argument("--max-idle-s", type=float, default=600.0, metavar="S",
-                     help="shorten idle stretches (no session active) longer than S seconds to S (default 600)")
+    imp.add_argument("--max-idle-s", type=float, default=MAX_IDLE_S, metavar="S",
+                     help=f"shorten idle stretches (no session active) longer than S seconds to S (default {MAX_IDLE_S:g})")
     imp.add_argument("--keep-idle-gaps", action="store_true", help="keep idle stretches as recorded")
     imp.add_argument("--time-scale", type=float, default=1.0,
                      help="multiply arrival times (0.5 = twice the rate); default 1")
@@ -59,11 +61,12 @@ def main(args: argparse.Namespace) -> int:
                                     rate_jps=args.rate_jps, seed=args.seed,
                                     **_parse_params(args.param))
     elif action == "import":
-        from .importers import import_trace
+        from ._fields import check_max_idle_s
+        from .importers import compress_idle, import_trace
+        max_idle_s = None if args.keep_idle_gaps else check_max_idle_s(args.max_idle_s)
         records = import_trace(args.trace_format, args.path, limit=args.limit, time_scale=args.time_scale,
-                               max_idle_s=None if args.keep_idle_gaps else args.max_idle_s)
-        c = import_trace.last_compression
-        if c.gaps:
+                               max_idle_s=None)
+        if max_idle_s is not None and (c := compress_idle(records, round(max_idle_s * 1e9))).gaps:
             print(f"note: shortened {c.gaps} idle stretch(es) with no session active (longest "
                   f"{c.longest_ns / 1e9:,.0f} s, {c.removed_ns / 1e9:,.0f} s removed in all) to "
                   f"{args.max_idle_s:g} s each; --keep-idle-gaps keeps them", file=sys.stderr)

@@ -23,14 +23,14 @@ Malformed input raises ``WorkloadError(..., file=path, line=n)`` naming the fiel
 from __future__ import annotations
 
 import csv
-import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from llmservingsim.errors import ConfigError, WorkloadError, iter_lines, parse_json
+from llmservingsim.errors import ConfigError, WorkloadError, finite_number, iter_lines, parse_json
 
-from ._fields import check_limit, check_time_scale, need, need_int, need_timestamp, scaled_ns
+from ._fields import (MAX_IDLE_S, check_limit, check_max_idle_s, check_time_scale, need, need_int,
+                      need_timestamp, scaled_ns)
 from .tracelab import import_tracelab
 
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes prompts in 512-token blocks (Mooncake trace README)
@@ -55,8 +55,7 @@ def import_mooncake(path: str, *, limit: int | None, time_scale: float) -> list[
         if not isinstance(row, dict):
             raise WorkloadError("each line must be a JSON object", file=path, line=n)
         ts = need(row, "timestamp", path, n)
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0 or (
-                isinstance(ts, float) and not math.isfinite(ts)):      # inf: round() would raise
+        if not finite_number(ts) or ts < 0:       # inf or an int beyond float: scaling would raise
             raise WorkloadError(f"field 'timestamp' must be a non-negative number of ms, got "
                                 f"{ts!r}", file=path, line=n)
         arrival_ns = ts * 1_000_000 if isinstance(ts, int) else int(round(ts * 1_000_000))
@@ -118,25 +117,20 @@ IMPORTERS: dict[str, ImporterSpec] = {
 }
 
 
-MAX_IDLE_S = 600.0     # default: an idle stretch longer than this is shortened to it
-
 
 def import_trace(fmt: str, path: str, *, limit: int | None = None,
                  time_scale: float = 1.0, max_idle_s: float | None = MAX_IDLE_S) -> list[dict]:
     """Read trace ``path`` of format ``fmt`` into workload records sorted by arrival, with
     idle stretches longer than ``max_idle_s`` shortened to it (``compress_idle``; None keeps
-    them). ``import_trace.last_compression`` holds what was removed."""
+    them; the CLI calls ``compress_idle`` itself to report what it removed)."""
     spec = IMPORTERS.get(fmt)
     if spec is None:
         raise ConfigError(f"unknown trace format {fmt!r} (known: {', '.join(IMPORTERS)})",
                           key="workload.format")
+    max_idle_s = None if max_idle_s is None else check_max_idle_s(max_idle_s)   # before reading
     records = spec.read(str(path), limit=check_limit(limit), time_scale=check_time_scale(time_scale))
     if max_idle_s is not None:
-        if isinstance(max_idle_s, bool) or not isinstance(max_idle_s, (int, float)) or not max_idle_s > 0:
-            raise ConfigError(f"must be a number of seconds > 0, got {max_idle_s!r}", key="workload.max_idle_s")
-        import_trace.last_compression = compress_idle(records, round(max_idle_s * 1e9))
-    else:
-        import_trace.last_compression = IdleCompression(0, 0, 0)
+        compress_idle(records, round(max_idle_s * 1e9))
     return records
 
 
@@ -145,9 +139,6 @@ class IdleCompression:
     gaps: int             # idle stretches shortened
     removed_ns: int       # simulated time taken out in all
     longest_ns: int       # the longest stretch before shortening
-
-
-import_trace.last_compression = IdleCompression(0, 0, 0)
 
 
 def compress_idle(records: list[dict], max_idle_ns: int) -> IdleCompression:

@@ -53,24 +53,15 @@ def read_jsonl(path: str | Path, *, with_lines: bool = False) -> list:
 
     Raises WorkloadError naming the file, line and field for an unreadable file (not a
     regular file, not UTF-8, a line over 64 MiB), unparseable JSON, a non-object line, a
-    record that breaks the schema (see :func:`check_record`), or a ``session_id`` (of a
-    program; ``request_id`` of a request, which becomes its session id) that an earlier line
-    already used: sessions are keyed by it in the outputs, so two would be merged.
+    record that breaks the schema (see :func:`check_record`). Duplicate session ids are
+    refused where every source's ids are assigned (``workload_io.build_programs``).
     """
     records: list = []
-    first_line: dict[str, int] = {}
     for n, line in iter_lines(path, error=WorkloadError, what="workload"):
         if not line.strip():
             continue
         obj = parse_json(line, file=str(path), line=n)
         check_record(obj, str(path), n)
-        field = "session_id" if "sub_requests" in obj else "request_id"
-        if field in obj:
-            key = str(obj[field])
-            if key in first_line:
-                raise WorkloadError(f"duplicate {field} {key!r} (also on line {first_line[key]})",
-                                    file=str(path), line=n)
-            first_line[key] = n
         records.append((n, obj) if with_lines else obj)
     return records
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llmservingsim.errors import WorkloadError
+from llmservingsim.errors import ConfigError, WorkloadError
 from program_layer.cli import main as cli_main
+from program_layer.workload_io import build_programs
 from program_layer.workloads import GENERATORS, generate_programs, import_trace
 from program_layer.workloads.io import CALL_FIELDS, PROGRAM_FIELDS, REQUEST_FIELDS, read_jsonl, write_jsonl
 
@@ -32,11 +33,12 @@ def request(**over) -> dict:
 
 
 def read_error(tmp_path: Path, lines: list) -> WorkloadError:
-    """The WorkloadError of reading ``lines`` (dicts become JSON, strings are written as is)."""
+    """The WorkloadError of reading ``lines`` into programs (dicts become JSON, strings are
+    written as is): the reader checks records, ``build_programs`` the session ids."""
     path = tmp_path / "w.jsonl"
     path.write_text("".join((ln if isinstance(ln, str) else json.dumps(ln)) + "\n" for ln in lines))
     with pytest.raises(WorkloadError) as exc:
-        read_jsonl(path)
+        build_programs(read_jsonl(path, with_lines=True), str(path))
     assert exc.value.file == str(path)
     return exc.value
 
@@ -138,6 +140,21 @@ def test_bad_trace_numbers_name_line_and_field(tmp_path, fmt, text, line, field)
     with pytest.raises(WorkloadError) as exc:
         import_trace(fmt, str(path))
     assert exc.value.line == line and (field if " " in field else f"'{field}'") in str(exc.value)
+
+
+def test_a_timestamp_beyond_float_range_is_an_error_when_scaled(tmp_path):
+    path = tmp_path / "trace"
+    path.write_text('{"timestamp": 1%s, "input_length": 1, "output_length": 1, "hash_ids": [0]}\n' % ("0" * 400))
+    with pytest.raises(WorkloadError, match="field 'timestamp' must be a non-negative number of ms") as exc:
+        import_trace("mooncake", str(path), time_scale=0.5)
+    assert exc.value.line == 1
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0, -1.0, True])
+def test_max_idle_s_must_be_a_finite_positive_number(value):
+    with pytest.raises(ConfigError, match="must be a number of seconds > 0") as exc:
+        import_trace("tracelab", str(TRACES / "tracelab_example_round_trace.jsonl"), max_idle_s=value)
+    assert exc.value.key == "workload.max_idle_s"
 
 
 # ---- what the project ships and generates still reads -------------------------------------
