@@ -303,14 +303,17 @@ TRACE_COLUMNS = ["instance", "step", "start_s", "duration_s", "prefills", "prefi
                  "sequences", "compute_s", "exposed_comm_s", "overhead_s"]
 
 
-def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = None) -> dict:
-    """Write the run's files into ``out_dir`` (in place; ``run_config`` stages it), summary.json last."""
+def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = None,
+                  calls: Optional[list] = None) -> dict:
+    """Write the run's files into ``out_dir`` (in place; ``run_config`` stages it), summary.json
+    last. ``calls``: the run's ``outputs.call_rows`` when the caller already has them."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     import yaml
     (out_dir / "config.yaml").write_text("# the run's resolved config: `agentservesim run config.yaml` reproduces it\n"
                                          + yaml.safe_dump(resolved_config(sim), sort_keys=False))
-    calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)
+    if calls is None:
+        calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)
     progs = outputs.program_rows(sim.orchestrator.program_results())
     outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS, calls)
     outputs.write_csv(out_dir / "programs.csv", outputs.PROGRAM_COLUMNS, progs)
@@ -344,13 +347,23 @@ def run_config(config: dict, out_dir, *, base_dir: Optional[Path] = None, seed: 
     (``outputs.staged_folder``), so ``out_dir`` never mixes an old run with a new one."""
     out_dir = Path(out_dir)
     with outputs.staged_folder(out_dir) as stage:
-        sim = build_simulation(config, base_dir=base_dir, seed=seed, profiles=profiles,
-                               trace_steps=trace_steps is not None, step_mode=step_mode)
-        sim.run(quiet=quiet)
         if trace_steps is not None and Path(trace_steps).resolve().is_relative_to(out_dir.resolve()):
             trace_steps = stage / Path(trace_steps).resolve().relative_to(out_dir.resolve())
-        summary = write_outputs(sim, stage, trace_steps)
+        summary, _ = simulate(config, stage, base_dir=base_dir, seed=seed, step_mode=step_mode, quiet=quiet,
+                              profiles=profiles, trace_steps=trace_steps)
         if plot:
             from program_layer.sweep.run_plots import render_run_plots
             render_run_plots(stage)
     return summary
+
+
+def simulate(config: dict, out_dir: Path, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
+             step_mode: bool = False, quiet: bool = True, profiles: Optional[str] = None,
+             trace_steps: Optional[Path] = None) -> tuple:
+    """Simulate ``config`` and write its files into ``out_dir`` as it is (not staged: for a
+    caller that stages a folder of its own, e.g. ``validate``). Returns (summary, call rows)."""
+    sim = build_simulation(config, base_dir=base_dir, seed=seed, profiles=profiles,
+                           trace_steps=trace_steps is not None, step_mode=step_mode)
+    sim.run(quiet=quiet)
+    calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)
+    return write_outputs(sim, out_dir, trace_steps, calls), calls

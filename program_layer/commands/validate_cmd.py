@@ -25,23 +25,12 @@ def add_arguments(p) -> None:
     p.add_argument("--no-plots", action="store_true", help="write the table only")
 
 
-def simulate_and_compare(cfg: dict, real, out: Path, config_path: str):
-    """Run the config into ``out`` and return (table, pairs)."""
-    import csv
-
-    from program_layer.run import run_config
-    from program_layer.validate import compare_calls
-
-    run_config(cfg, out)
-    with open(out / "calls.csv", newline="") as f:
-        return compare_calls(real, list(csv.DictReader(f)), config_path)
-
-
 def main(args) -> int:
     from llmservingsim.errors import ConfigError
     from program_layer.config import load_config
     from program_layer.outputs import staged_folder, write_json
-    from program_layer.validate import format_table, load_real, markdown_table, violations
+    from program_layer.run import simulate
+    from program_layer.validate import compare_calls, format_table, load_real, markdown_table, violations
 
     for flag in ("max_mean_err", "max_pct_err"):
         v = getattr(args, flag)
@@ -51,7 +40,8 @@ def main(args) -> int:
     real = load_real(args.real_dir)
     out = Path(args.out) if args.out else Path("runs") / ("validate-" + Path(args.real_dir).name)
     with staged_folder(out) as stage:        # run outputs and report replace `out` together
-        table, pairs = simulate_and_compare(cfg, real, stage, args.config)
+        _, calls = simulate(cfg, stage)
+        table, pairs = compare_calls(real, calls, args.config)
         bad = violations(table, args.max_mean_err, args.max_pct_err)
         write_json(stage / "validation.json", {"real_run": str(args.real_dir), "config": str(args.config),
                                                "requests": len(pairs), "table": table,
