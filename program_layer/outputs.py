@@ -10,7 +10,8 @@ import json
 import math
 import os
 import shutil
-from contextlib import contextmanager
+import tempfile
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -87,36 +88,43 @@ def program_rows(results) -> list[dict]:
 
 
 def write_csv(path: Path, columns: list[str], rows: Iterable[dict], *, atomic: bool = False) -> None:
-    """``rows`` as CSV with ``fmt``-formatted cells; ``atomic``: via a temp file and a rename."""
-    path = Path(path)
-    target, path = path, (path.with_name(f".{path.name}.{os.getpid()}.tmp") if atomic else path)
-    try:
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(columns)
-            for r in rows:
-                w.writerow([fmt(r[c]) for c in columns])
-        if atomic:
-            os.replace(path, target)
-    finally:
-        if atomic and path.exists():
-            path.unlink()
+    """``rows`` as CSV with ``fmt``-formatted cells; ``atomic``: via :func:`atomic_file`."""
+    with (atomic_file(path, newline="") if atomic else open(path, "w", encoding="utf-8", newline="")) as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            w.writerow([fmt(r[c]) for c in columns])
 
 
 def write_json(path: Path, obj) -> None:
     Path(path).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder and rename, so readers never see half a file."""
+@contextmanager
+def atomic_file(path: Path, *, durable: bool = False, newline: str | None = None) -> Iterator:
+    """A text file to write that replaces ``path`` only when the body completes: written as a
+    temp file in the same folder (unique name, so concurrent writers never share one), then
+    renamed; on any error or interrupt the temp file is removed and ``path`` is untouched.
+    ``durable`` also fsyncs before the rename (a cache that must survive a crash)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
+            yield f
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_atomic(path: Path, text: str, *, durable: bool = False) -> None:
+    """Write ``text`` so that readers never see half a file (:func:`atomic_file`)."""
+    with atomic_file(path, durable=durable) as f:
+        f.write(text)
 
 
 # What a run folder may hold: the run's outputs, a sweep cell's bookkeeping, validate's report.

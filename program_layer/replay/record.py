@@ -19,11 +19,11 @@ valid partial record); after ``close`` nothing more is written.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
 from llmservingsim.errors import ConfigError
+from program_layer.outputs import write_atomic
 
 SCHEMA_VERSION = 1
 
@@ -41,7 +41,7 @@ class RunRecord:
     """Owns the output files; thread-safe (one lock for every write)."""
 
     def __init__(self, out, meta: dict, workload_records: list):
-        from program_layer.workloads.io import dumps_record
+        from program_layer.workloads.io import write_jsonl
         self.out = check_out_dir(out)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -50,8 +50,7 @@ class RunRecord:
         self._lock = threading.Lock()
         self._closed = False
         self.meta = dict(meta, schema_version=SCHEMA_VERSION)
-        with open(self.out / "workload.jsonl", "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(dumps_record(r) + "\n" for r in workload_records)
+        write_jsonl(self.out / "workload.jsonl", workload_records)
         self.write_meta()
         self._requests = open(self.out / "requests.jsonl", "a", encoding="utf-8", newline="\n")
         self._failed = open(self.out / "failed.jsonl", "a", encoding="utf-8", newline="\n")
@@ -59,9 +58,7 @@ class RunRecord:
     def write_meta(self, **updates) -> None:
         """Merge ``updates`` into meta.json and rewrite it atomically."""
         self.meta.update(updates)
-        tmp = self.out / "meta.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self.out / "meta.json")
+        write_atomic(self.out / "meta.json", json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
 
     def _append(self, fh, obj: dict) -> bool:
         with self._lock:

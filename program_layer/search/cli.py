@@ -15,6 +15,8 @@ import argparse
 import json
 import pprint
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 from llmservingsim.errors import ConfigError, SimError
@@ -126,8 +128,17 @@ def run_openevolve(seed_path: Path, out: Path, config: dict, iterations: int):
     oe_out.mkdir(parents=True)
     cfg = Config.from_dict(json.loads(json.dumps(config)))
     cfg.llm.update_model_params({"system_message": cfg.prompt.system_message})
-    return run_evolution(initial_program=str(seed_path), evaluator=str(out / "evaluator.py"),
-                         config=cfg, iterations=iterations, output_dir=str(oe_out), cleanup=False)
+    # OpenEvolve installs SIGINT/SIGTERM handlers that call its controller and leaves them
+    # behind when it returns (the controller gone, a later Ctrl-C raises AttributeError)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return run_evolution(initial_program=str(seed_path), evaluator=str(out / "evaluator.py"),
+                             config=cfg, iterations=iterations, output_dir=str(oe_out), cleanup=False)
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                if handler is not None:      # None: a handler not set from Python, left as it is
+                    signal.signal(sig, handler)
 
 
 def finish(out: Path, seed_path: Path, settings: EvalSettings, result, axis: str) -> list[dict]:

@@ -29,8 +29,6 @@ import hashlib
 import json
 import logging
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,6 +39,7 @@ import yaml
 from llmservingsim.errors import SimError
 from program_layer import package_version
 from program_layer.digests import file_sha256
+from program_layer.outputs import write_atomic
 from program_layer.search import axes, sandbox
 
 _FINGERPRINT_DIRS = ("llmservingsim", "program_layer", "hooks")
@@ -190,22 +189,6 @@ def _verified_cells(path: Path, key: str, n_cells: int) -> Optional[list]:
     return entry["cells"]
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".seed-", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def cell_metrics(outcome: sandbox.RunOutcome) -> dict:
     """The per-cell numbers we report from a successful run's summary."""
     jct = outcome.summary.get("jct_s") or {}
@@ -234,10 +217,10 @@ def seed_baseline(settings: EvalSettings) -> tuple[list[dict], bool]:
         if cells is not None:
             return cells, True
         cells = _run_seed(settings)
-        _write_atomically(path, json.dumps({
+        write_atomic(path, json.dumps({
             "format": _CACHE_FORMAT, "key": key, "checksum": _checksum(key, cells),
             "seed_policy": settings.seed_policy, "cells": cells, "cell_paths": settings.cells(),
-            "simulator_version": package_version()}, indent=1))
+            "simulator_version": package_version()}, indent=1), durable=True)
     return cells, False
 
 

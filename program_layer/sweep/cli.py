@@ -6,10 +6,7 @@ are recorded), 2 for a bad spec or option (via the main CLI's SimError handling)
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
-import threading
 
 EXECUTORS = ("local", "ray", "serial")
 
@@ -48,7 +45,9 @@ def main(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError("must be at least 1", key="--workers")
     runner_kwargs = {"quiet": True, **({"step_mode": True} if args.step_mode else {})}
-    with _sigterm_as_interrupt(), make_executor(kind, workers=args.workers, ray_address=args.ray_address) as executor:
+    # SIGTERM arrives as KeyboardInterrupt (program_layer.cli): workers are stopped and
+    # results.csv is written before exiting, instead of orphaning the workers
+    with make_executor(kind, workers=args.workers, ray_address=args.ray_address) as executor:
         report = run_sweep(spec, args.out, executor=executor, runner=args.runner or DEFAULT_RUNNER,
                            runner_kwargs=runner_kwargs, quiet=args.quiet, plots=not args.no_plots)
     labels = {c.cell_id: c.label() for c in report.cells}
@@ -62,21 +61,3 @@ def main(args: argparse.Namespace) -> int:
               f"({report.cell_wall_s:.1f} s of cell time) -> {report.out_dir} "
               f"(results.csv, table.md{', plots/' if not args.no_plots else ''})")
     return 0 if report.ok else 1
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """While sweeping, SIGTERM (a scheduler's kill, `kill PID`) behaves like Ctrl-C: workers are
-    stopped and results.csv is written before exiting, instead of orphaning the workers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
