@@ -40,21 +40,22 @@ BUILTINS: dict[str, dict[str, type]] = {
 }
 
 
-# (axis, spec) -> factory; see ``substituted``
-_SUBSTITUTES: dict[tuple[str, str], Callable[[], Any]] = {}
+# axis -> (the spec it stands in for, factory); see ``substituted``
+_SUBSTITUTES: dict[str, tuple[str, Callable[[], Any]]] = {}
 
 
 @contextmanager
 def substituted(axis: str, spec: str, factory: Callable[[], Any]) -> Iterator[None]:
     """While active, ``load_policy(axis, spec)`` returns ``factory()`` instead of executing
     ``spec``. The policy search uses it to put a proxy for a candidate that runs in its own
-    confined process (program_layer/search/proxy.py) where the spec names the candidate."""
-    key = (axis, spec.strip())
-    _SUBSTITUTES[key] = factory
+    confined process (program_layer/search/proxy.py) where the spec names the candidate.
+    It fails closed: any other policy asked for on ``axis`` meanwhile is refused, never
+    loaded here (a spec spelled differently must not run the candidate in this process)."""
+    _SUBSTITUTES[axis] = (spec.strip(), factory)
     try:
         yield
     finally:
-        _SUBSTITUTES.pop(key, None)
+        _SUBSTITUTES.pop(axis, None)
 
 
 def load_policy(axis: str, spec: Any, *, base_dir: Path) -> Any:
@@ -64,11 +65,12 @@ def load_policy(axis: str, spec: Any, *, base_dir: Path) -> Any:
                           key="policies")
     key = f"policies.{axis}"
     name, params = _split_spec(spec, axis, key)
-    factory = _SUBSTITUTES.get((axis, name)) if not params else None
-    if factory is not None:
-        policy = factory()
-        policy.spec_label = name
-        return policy
+    if axis in _SUBSTITUTES:
+        expected, factory = _SUBSTITUTES[axis]
+        if params or name != expected:
+            raise ConfigError(f"{axis} policy {name!r} asked for while the confined candidate {expected!r} "
+                              "stands in on this axis; refusing to load it in this process", key=key)
+        return _labelled(factory(), name)
     if ":" in name:
         cls = _load_class(name, axis, Path(base_dir), key)
     else:
@@ -88,6 +90,10 @@ def load_policy(axis: str, spec: Any, *, base_dir: Path) -> Any:
             raise
         raise ConfigError(f"{axis} policy {name!r} raised while constructing: "
                           f"{type(exc).__name__}: {exc}", key=key) from None
+    return _labelled(policy, name)
+
+
+def _labelled(policy: Any, name: str) -> Any:
     try:
         policy.spec_label = name
     except AttributeError:      # a class with __slots__ and no spec_label slot

@@ -134,3 +134,17 @@ def test_listings_run_unchanged_in_the_orchestrator():
         cluster.run()
         assert orch.programs_done()
         assert all(d.kind == "protect" for _, _, d in cluster.completion_decisions)
+
+
+def test_a_substituted_axis_fails_closed(tmp_path):
+    """While the search's proxy stands in for a candidate, nothing else loads on that axis."""
+    from program_layer.policies.loader import substituted
+    stand_in = object.__new__(type("Proxy", (), {}))
+    with substituted("retention", "cand.py:Cand", lambda: stand_in):
+        assert load_policy("retention", " cand.py:Cand ", base_dir=tmp_path) is stand_in
+        assert stand_in.spec_label == "cand.py:Cand"
+        for other in ("./cand.py:Cand", {"name": "cand.py:Cand", "x": 1}, "ttl"):
+            with pytest.raises(ConfigError, match="refusing to load it in this process"):
+                load_policy("retention", other, base_dir=tmp_path)
+        assert load_policy("scheduling", "fcfs", base_dir=tmp_path).spec_label == "fcfs"
+    assert load_policy("retention", "ttl", base_dir=tmp_path).spec_label == "ttl"
