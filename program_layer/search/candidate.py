@@ -159,7 +159,7 @@ def main(argv: list) -> None:
                 notes.append("chroot to an empty, deleted directory")
             os.chdir("/")
         nproc = int(opts.get("nproc") or 0) if isolation == "namespaces" else 0
-        uid, gid = opts.get("nobody") or (65534, 65534)
+        uid, gid = opts["nobody"]                   # looked up by the trusted side
         notes.append(lockdown.drop_privileges(real_root, uid, gid))
         lockdown.set_hard_limits(cpu_s=max(1, int(opts["cpu_s"])),
                                  memory_bytes=int(opts["memory_mb"]) << 20, nproc=nproc)
@@ -281,7 +281,7 @@ class _Server:
         import types
         from llmservingsim.errors import SimError
         from program_layer.search import axes
-        from program_layer.search.channel import describe_error, frame
+        from program_layer.search.channel import MAX_TEXT, describe_error, frame
         name = "_agentservesim_policy_" + hashlib.sha1(filename.encode()).hexdigest()[:12]
         module = types.ModuleType(name)
         module.__file__ = filename
@@ -291,7 +291,7 @@ class _Server:
             exec(compile(source, filename, "exec"), module.__dict__)
             cls = axes.find_policy_class(module, class_name, axis, prefer=prefer)
         except BaseException as exc:  # noqa: BLE001 - reported, the candidate scores 0
-            return frame(["f", describe_error(exc), traceback.format_exc(limit=-8)[-4000:]])
+            return frame(["f", describe_error(exc), traceback.format_exc(limit=-8)[-MAX_TEXT:]])
         got = axis or axes.axis_of_class(cls)
         info = {"class_name": cls.__name__, "axis": got, "engine_args": {}, "eviction_key": False}
         try:
@@ -363,4 +363,5 @@ class _Server:
                 detail = self.describe_exception(exc)
             except BaseException:  # noqa: BLE001
                 detail = f"{type(exc).__name__}: <unprintable>"
-            return self.channel.frame(["x", detail[:4000], traceback.format_exc(limit=-8)[-4000:]])
+            return self.channel.frame(["x", detail[:self.channel.MAX_TEXT],
+                                       traceback.format_exc(limit=-8)[-self.channel.MAX_TEXT:]])

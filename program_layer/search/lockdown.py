@@ -180,7 +180,7 @@ def _drop_capabilities() -> None:
         raise _fail("capset")
 
 
-def drop_privileges(real_root: bool, uid: int = 65534, gid: int = 65534) -> str:
+def drop_privileges(real_root: bool, uid: int, gid: int) -> str:
     """Real root: become ``uid``/``gid`` (nobody) with no supplementary groups, which clears
     every capability. Otherwise (root of a user namespace, or an ordinary user): empty all
     capability sets. Both: no new privileges through exec."""

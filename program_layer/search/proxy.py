@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
 from program_layer.policies.base import RetentionPolicy, RoutingPolicy, SchedulingPolicy
@@ -32,8 +31,8 @@ from program_layer.policies.checks import InvalidDecision
 
 from . import channel
 from .candidate import BOOT
+from .sandbox import DEFAULT_DECISION_TIMEOUT_S, repo_root
 
-DEFAULT_DECISION_TIMEOUT_S = 1.0
 LOAD_TIMEOUT_S = 10.0          # executing the policy file and constructing the class
 START_TIMEOUT_S = 30.0         # interpreter start, imports and confinement
 ISOLATION_MODES = ("auto", "namespaces", "fallback")
@@ -63,8 +62,8 @@ class CandidateLoadError(Exception):
         self.detail, self.traceback = detail, traceback
 
 
-def _repo_root() -> str:
-    return str(Path(__file__).resolve().parents[2])
+# A run without an address-space limit (memory_mb None) still limits its candidate process.
+UNLIMITED_RUN_CANDIDATE_MB = 4096
 
 
 def _nobody() -> tuple[int, int]:
@@ -84,7 +83,7 @@ class CandidateProcess:
                  isolation: str = "auto", max_processes: int = 0):
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"isolation must be one of {', '.join(ISOLATION_MODES)}")
-        self.memory_mb = int(memory_mb or 4096)
+        self.memory_mb = int(memory_mb or UNLIMITED_RUN_CANDIDATE_MB)
         self.cpu_s = max(1, int(math.ceil(cpu_s)))
         self.decision_timeout_s = float(decision_timeout_s)
         self.mode = isolation
@@ -110,7 +109,7 @@ class CandidateProcess:
         self._log = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-B", "-c", BOOT, _repo_root(), json.dumps(opts)],
+                [sys.executable, "-B", "-c", BOOT, repo_root(), json.dumps(opts)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log,
                 pass_fds=(req_r, rep_w), env=env, cwd="/", start_new_session=True)
         finally:

@@ -64,7 +64,8 @@ def as_number(value) -> Optional[float]:
     return out if out == out else None   # NaN -> None
 
 
-def _repo_root() -> str:
+def repo_root() -> str:
+    """The checkout the simulator runs from (put on the worker's and candidate's path)."""
     return str(Path(__file__).resolve().parents[2])
 
 
@@ -126,7 +127,7 @@ def _run_child(run_dir: Path, request: dict, timeout_s: float) -> RunOutcome:
     request_path, result_path = run_dir / "request.json", run_dir / "result.json"
     request_path.write_text(json.dumps(request))
     env = dict(os.environ, **_CHILD_ENV)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_repo_root(), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo_root(), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "program_layer.search.worker", str(request_path), str(result_path)]
     started = time.perf_counter()
     with open(run_dir / "stdout.txt", "wb") as out:

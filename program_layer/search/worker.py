@@ -32,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-from program_layer.search.channel import describe_error
+from program_layer.search.channel import MAX_TEXT, describe_error
 
 DEFAULT_RUNNER = "program_layer.run:run_config"
 
@@ -58,14 +58,14 @@ def limit_memory(memory_mb: int | None) -> None:
 def start_candidate(request: dict):
     """Start the confined candidate process for a policy file (None for a built-in): first
     thing, so that its start overlaps loading the simulator."""
-    from program_layer.search import axes, proxy
+    from program_layer.search import axes, proxy, sandbox
     spec = axes.parse_policy_spec(request["policy"])
     if spec.is_builtin:
         return spec, None
-    timeout_s = float(request.get("timeout_s") or 600)
+    timeout_s = float(request.get("timeout_s") or sandbox.DEFAULT_TIMEOUT_S)
     process = proxy.CandidateProcess(
         memory_mb=request.get("memory_mb"), cpu_s=timeout_s,
-        decision_timeout_s=float(request.get("decision_timeout_s") or proxy.DEFAULT_DECISION_TIMEOUT_S),
+        decision_timeout_s=float(request.get("decision_timeout_s") or sandbox.DEFAULT_DECISION_TIMEOUT_S),
         isolation=request.get("isolation") or "auto", max_processes=int(request.get("max_processes") or 0))
     return spec, process.start()
 
@@ -116,14 +116,12 @@ def _proxy_factory(process, info: dict, axis: str, value: str):
     return factory
 
 
-def run_request(request: dict, spec=None, process=None) -> dict:
+def run_request(request: dict, spec, process) -> dict:
     """Load the cell, put the policy on its axis, run the simulator; return the result dict.
     Exceptions propagate (the caller turns them into an error result)."""
     from program_layer.policies.loader import substituted
     from program_layer.search import axes
 
-    if spec is None:
-        spec = axes.parse_policy_spec(request["policy"])
     value, class_name, axis, info = resolve_policy(request, spec, process)
     cell_path = Path(request["cell"])
     runner_spec = request.get("runner") or DEFAULT_RUNNER
@@ -170,7 +168,7 @@ def _error_result(exc: BaseException, process) -> dict:
     timed_out = isinstance(cause, proxy.DecisionTimeout) or error.startswith("timeout:")
     if timed_out and not error.startswith("timeout:"):
         error = f"timeout: {error}"
-    return {"status": "timeout" if timed_out else "error", "error": error, "traceback": tb[-4000:]}
+    return {"status": "timeout" if timed_out else "error", "error": error, "traceback": tb[-MAX_TEXT:]}
 
 
 def main(argv: list[str]) -> int:
