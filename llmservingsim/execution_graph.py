@@ -51,12 +51,6 @@ def network_config(device, tp: int, pp: int, busbw_gbs: Optional[float] = None,
     return cfg
 
 
-def network_yaml(cfg: dict) -> str:
-    """An ASTRA-Sim network YAML text for ``cfg`` (what upstream ASTRA-Sim reads)."""
-    return "".join(f"{k}: [ {', '.join(str(v) for v in cfg[k])} ]\n"
-                   for k in ("topology", "npus_count", "bandwidth", "latency"))
-
-
 def system_simulator(device, tp: int, pp: int, network: Optional[dict] = None) -> SystemSimulator:
     """The group's simulator on ``network`` (default: :func:`network_config` of the device)."""
     cfg = network if network is not None else network_config(device, tp, pp)

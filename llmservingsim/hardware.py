@@ -46,7 +46,8 @@ _DEVICE_KEYS = {
     "cuda_memory_bytes": _INT, "sm_count": _INT, "tp_non_torch_gib": _FLOAT,
 }
 # Optional: measured time of a tiny (4 KiB) all-reduce on 2 GPUs, i.e. the fixed cost of one
-# collective. Used only where no step-residual table already contains it (execution_graph).
+# collective. Used only where the device has no fitted collective regimes for the TP size
+# (hardware/overhead/<device>.yaml; execution_graph.GraphCommModel).
 _OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT}
 _POWER_KEYS = ("idle_w", "standby_w", "active_w")
 _NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
@@ -57,6 +58,12 @@ _SYSTEM_KEYS = {
     "all-to-all-implementation": "list", "collective-optimization": _STR,
     "local-mem-bw": _FLOAT, "peak-perf": _FLOAT, "roofline-enabled": _INT,
 }
+
+
+def network_yaml(cfg: dict) -> str:
+    """An ASTRA-Sim network config (``topology``, ``npus_count``, ``bandwidth``, ``latency``
+    lists) as the network YAML text upstream ASTRA-Sim reads."""
+    return "".join(f"{k}: [ {', '.join(str(v) for v in cfg[k])} ]\n" for k in _NETWORK_KEYS)
 
 
 @dataclass(frozen=True)
@@ -119,8 +126,7 @@ class Device:
 
     def network_yaml_for_tp(self, n: int) -> str:
         """:meth:`network_for_tp` rendered as an ASTRA-Sim network YAML text."""
-        net = self.network_for_tp(n)
-        return "".join(f"{k}: [ {', '.join(str(v) for v in net[k])} ]\n" for k in _NETWORK_KEYS)
+        return network_yaml(self.network_for_tp(n))
 
     def system_config(self) -> dict:
         """The ASTRA-Sim system JSON as a dict (a fresh deep copy each call)."""

@@ -96,6 +96,8 @@ def calibrate(cfg: dict, real, start: Framework, params=DEFAULT_PARAMS, config_p
     if not params or unknown or len(set(params)) != len(params):
         raise ConfigError(f"calibration parameters must be distinct names among {', '.join(RANGES)}"
                           + (f" (got {', '.join(unknown)})" if unknown else ""), key="--params")
+    from .extras import require            # before any simulation: a missing extra fails fast
+    minimize = require("scipy.optimize", "calibrate", "calibrate").minimize
     ev = Evaluator(cfg, real, config_path)
     lo = [RANGES[p][0] for p in params]
     hi = [RANGES[p][1] for p in params]
@@ -118,8 +120,6 @@ def calibrate(cfg: dict, real, start: Framework, params=DEFAULT_PARAMS, config_p
     axes = [[a + (b - a) * i / (n - 1) for i in range(n)] for a, b in zip(lo, hi)]
     for x in itertools.product(*axes):
         f(x)
-    from .extras import require
-    minimize = require("scipy.optimize", "calibrate", "calibrate").minimize
     step = [(b - a) / (n - 1) / 2 for a, b in zip(lo, hi)]
     x0 = list(best[1])
     simplex = [x0] + [[x0[j] + (step[j] if j == i else 0.0) for j in range(len(x0))] for i in range(len(x0))]

@@ -20,7 +20,8 @@ def add_arguments(p) -> None:
 def main(args) -> int:
     from astrasim import write_workload
     from llmservingsim.errors import ConfigError
-    from llmservingsim.execution_graph import GraphCommModel, network_yaml, step_graphs
+    from llmservingsim.execution_graph import GraphCommModel, step_graphs
+    from llmservingsim.hardware import network_yaml
     from llmservingsim.step_timer import shape_of
     from program_layer.config import load_config
     from program_layer.run import build_simulation

@@ -109,12 +109,12 @@ def main(args) -> int:
     record = RunRecord(args.out, meta, plan.records)
     bar = progress(plan.num_calls, "replay", args.quiet)
     replayer = Replayer(plan, server, record,
-                        ReplayOptions(args.model, args.time_scale, args.max_concurrency, args.priority, args.seed),
+                        ReplayOptions(args.model, args.max_concurrency, args.priority, args.seed),
                         bar)
 
     def finish(interrupted: bool):
         c = replayer.close_record(finished_at=_utc_now(), interrupted=interrupted,
-                                  clock=dict(meta["clock"], run_start_ts=getattr(replayer, "t0", None)))
+                                  clock=dict(meta["clock"], run_start_ts=replayer.t0))
         unfinished = f", {c.in_flight} unfinished" if c.in_flight else ""
         tail = f"; failures in {record.out}/failed.jsonl" if c.failed else ""
         return c, (f"replay: {c.succeeded} calls succeeded, {c.failed} failed{unfinished}, {c.not_sent} not sent "

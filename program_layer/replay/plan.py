@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from program_layer.digests import file_sha256
+from program_layer.workloads._fields import scaled_ns
 
 
 @dataclass
@@ -50,7 +51,6 @@ class ReplayProgram:
 class ReplayPlan:
     path: Path
     sha256: str
-    time_scale: float
     programs: list
     records: list                           # the scaled workload records (for workload.jsonl)
 
@@ -59,17 +59,13 @@ class ReplayPlan:
         return sum(len(p.calls) for p in self.programs)
 
 
-def _scaled(v: int, time_scale: float) -> int:
-    return int(round(v * time_scale))
-
-
 def scale_record(obj: dict, time_scale: float) -> dict:
     """A copy of one workload record with arrival and tool gaps multiplied by ``time_scale``."""
     out = copy.deepcopy(obj)
-    out["arrival_time_ns"] = _scaled(out["arrival_time_ns"], time_scale)
+    out["arrival_time_ns"] = scaled_ns(out["arrival_time_ns"], time_scale)
     for sub in out.get("sub_requests") or ():
         if isinstance(sub, dict) and "tool_duration_ns" in sub:
-            sub["tool_duration_ns"] = _scaled(sub["tool_duration_ns"], time_scale)
+            sub["tool_duration_ns"] = scaled_ns(sub["tool_duration_ns"], time_scale)
     return out
 
 
@@ -89,7 +85,7 @@ def load_plan(path, time_scale: float = 1.0) -> ReplayPlan:
         programs.append(ReplayProgram(spec.program_id, ranks[spec.program_id], spec.session_id,
                                       spec.arrival_ns, _calls(spec.calls, subs, "sub_requests" in obj)))
     digest = file_sha256(path)
-    return ReplayPlan(path, digest, time_scale, programs, [obj for _, obj in scaled])
+    return ReplayPlan(path, digest, programs, [obj for _, obj in scaled])
 
 
 def _calls(specs: list, subs: list, is_program: bool) -> list:

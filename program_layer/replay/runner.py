@@ -33,7 +33,6 @@ LAUNCH_LEAD_S = 1.0     # a program's thread starts this long before its arrival
 @dataclass
 class ReplayOptions:
     model: str
-    time_scale: float = 1.0
     max_concurrency: Optional[int] = None
     priority: str = "none"
     seed: int = 0
@@ -65,6 +64,7 @@ class Replayer:
         self.bar = bar
         self.counts = Counts(plan.num_calls)
         self.output_ids_from_server: Optional[bool] = None
+        self.t0: Optional[float] = None          # monotonic start of run()
         self.stop = threading.Event()
         self._lock = threading.Lock()
         self._slots = FifoSlots(options.max_concurrency) if options.max_concurrency else None
