@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from llmservingsim.errors import ConfigError
 
-from .policies.checks import as_int, describe_exception, is_interrupt, policy_error, InvalidDecision
+from .policies.checks import InvalidDecision, as_int, describe_exception, is_interrupt, policy_failure
 from .pcb import NS_PER_S, PCBView
 from .policies.base import RoutingPolicy, SchedulingPolicy, Signals, policy_label
 
@@ -53,10 +53,7 @@ class DispatchPlane:
                 raise InvalidDecision(f"selected instance {choice} out of range "
                                       f"[0, {self.num_instances})")
         except BaseException as exc:
-            if is_interrupt(exc):
-                raise
-            raise policy_error("routing", self.routing, view, now_ns,
-                               f"select: {describe_exception(exc)}") from exc
+            raise policy_failure(exc, "routing", self.routing, view, now_ns, "select") from exc
         return choice
 
     def priority(self, view: PCBView, signals: Signals, now_ns: int) -> int:
@@ -64,10 +61,7 @@ class DispatchPlane:
             self.scheduling.signals = signals
             return as_int(self.scheduling.priority(view, now_ns / NS_PER_S), "priority")
         except BaseException as exc:
-            if is_interrupt(exc):
-                raise
-            raise policy_error("scheduling", self.scheduling, view, now_ns,
-                               f"priority: {describe_exception(exc)}") from exc
+            raise policy_failure(exc, "scheduling", self.scheduling, view, now_ns, "priority") from exc
 
     def decide(self, view_on: Callable[[Optional[int]], PCBView], inflight: tuple,
                signals_of: Callable[[int], Signals], now_ns: int) -> tuple[int, int]:

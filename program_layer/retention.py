@@ -23,7 +23,7 @@ from typing import Optional
 
 from hooks import EVICT, NONE, RELEASE, KVEntryInfo, RetentionDecision, default_eviction_key
 
-from .policies.checks import InvalidDecision, as_finite, describe_exception, is_interrupt, policy_error
+from .policies.checks import InvalidDecision, as_finite, policy_failure
 from .pcb import NS_PER_S, PCBView
 from .policies.base import RetentionPolicy, Signals
 
@@ -70,10 +70,7 @@ class RetentionPlane:
             raw = self.policy.on_turn_complete(view, request_id, now_ns / NS_PER_S)
             decision = to_engine_decision(raw, now_ns)
         except BaseException as exc:
-            if is_interrupt(exc):
-                raise
-            raise policy_error("retention", self.policy, view, now_ns,
-                               f"on_turn_complete: {describe_exception(exc)}") from exc
+            raise policy_failure(exc, "retention", self.policy, view, now_ns, "on_turn_complete") from exc
         return RELEASE if decision is NONE else decision
 
     def on_arrival(self, view: PCBView, signals: Signals, now_ns: int) -> RetentionDecision:
@@ -82,10 +79,7 @@ class RetentionPlane:
             raw = self.policy.on_turn_arrival(view, now_ns / NS_PER_S)
             decision = to_engine_decision(raw, now_ns)
         except BaseException as exc:
-            if is_interrupt(exc):
-                raise
-            raise policy_error("retention", self.policy, view, now_ns,
-                               f"on_turn_arrival: {describe_exception(exc)}") from exc
+            raise policy_failure(exc, "retention", self.policy, view, now_ns, "on_turn_arrival") from exc
         return NONE if decision.kind == "protect" else decision
 
     def eviction_key(self, entry: KVEntryInfo, program: Optional[PCBView],
@@ -106,11 +100,8 @@ class RetentionPlane:
                     v = as_finite(part, f"eviction_key element {i}")
                     key.append(part if type(part) is int else v)
         except BaseException as exc:
-            if is_interrupt(exc):
-                raise
             where = program if program is not None else f"owner {entry.owner}"
-            raise policy_error("retention", self.policy, where, now_ns,
-                               f"eviction_key: {describe_exception(exc)}") from exc
+            raise policy_failure(exc, "retention", self.policy, where, now_ns, "eviction_key") from exc
         return tuple(key) + (entry.seq,)
 
 

@@ -42,6 +42,16 @@ def policy_error(axis: str, policy: object, view, now_ns: int, detail: str) -> P
                        f"t={now_ns / NS_PER_S:.9f} s: {detail}", key=f"policies.{axis}")
 
 
+def policy_failure(exc: BaseException, axis: str, policy: object, view, now_ns: int,
+                   method: str) -> PolicyError:
+    """The PolicyError for ``exc`` escaping ``policy.<method>`` (``policy_error``); a real
+    interrupt (``is_interrupt``) is re-raised as it is instead. Use: ``except BaseException
+    as exc: raise policy_failure(exc, ...) from exc``."""
+    if is_interrupt(exc):
+        raise exc
+    return policy_error(axis, policy, view, now_ns, f"{method}: {describe_exception(exc)}")
+
+
 def describe_exception(exc: BaseException) -> str:
     if isinstance(exc, InvalidDecision):
         return str(exc)
