@@ -81,16 +81,31 @@ def load_policy(axis: str, spec: Any, *, base_dir: Path) -> Any:
         params = _resolve_paths(cls, params, Path(base_dir))
     try:
         policy = cls(**params)
-    except SimError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"cannot construct {axis} policy {name!r}: {exc}", key=key) from None
     except BaseException as exc:  # a user constructor failing (even SystemExit) is a config problem
-        if is_interrupt(exc):
+        if isinstance(exc, SimError) or is_interrupt(exc):
             raise
-        raise ConfigError(f"{axis} policy {name!r} raised while constructing: "
-                          f"{type(exc).__name__}: {exc}", key=key) from None
+        raise construction_error(axis, name, *construction_failure(exc), key=key) from None
     return _labelled(policy, name)
+
+
+def construction_failure(exc: BaseException) -> tuple[str, str]:
+    """(kind, text) of a policy constructor's failure: "sim" (a SimError of its own),
+    "cannot" (TypeError/ValueError: wrong parameters) or "raised" (anything else). The
+    search's confined candidate sends this pair back over its channel."""
+    if isinstance(exc, SimError):
+        return "sim", str(exc)
+    if isinstance(exc, (TypeError, ValueError)):
+        return "cannot", str(exc)
+    return "raised", f"{type(exc).__name__}: {exc}"
+
+
+def construction_error(axis: str, name: str, kind: str, text: str, *, key: str) -> ConfigError:
+    """The one-line error of a constructor failure ``(kind, text)`` (``construction_failure``)."""
+    if kind == "cannot":
+        return ConfigError(f"cannot construct {axis} policy {name!r}: {text}", key=key)
+    if kind == "raised":
+        return ConfigError(f"{axis} policy {name!r} raised while constructing: {text}", key=key)
+    return ConfigError(text, key=key)
 
 
 def _labelled(policy: Any, name: str) -> Any:

@@ -279,7 +279,7 @@ class _Server:
         import linecache
         import traceback
         import types
-        from llmservingsim.errors import SimError
+        from program_layer.policies.loader import construction_failure
         from program_layer.search import axes
         from program_layer.search.channel import MAX_TEXT, describe_error, frame
         name = "_agentservesim_policy_" + hashlib.sha1(filename.encode()).hexdigest()[:12]
@@ -296,12 +296,8 @@ class _Server:
         info = {"class_name": cls.__name__, "axis": got, "engine_args": {}, "eviction_key": False}
         try:
             self.policy = cls()
-        except SimError as exc:
-            info["init_error"] = ["sim", str(exc)]
-        except (TypeError, ValueError) as exc:
-            info["init_error"] = ["cannot", str(exc)]
-        except BaseException as exc:  # noqa: BLE001
-            info["init_error"] = ["raised", f"{type(exc).__name__}: {exc}"]
+        except BaseException as exc:  # noqa: BLE001 - reported, the trusted side raises it
+            info["init_error"] = list(construction_failure(exc))
         if self.policy is not None:
             info["eviction_key"] = callable(getattr(self.policy, "eviction_key", None))
             if got == "scheduling":

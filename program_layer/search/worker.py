@@ -99,19 +99,13 @@ def resolve_policy(request: dict, spec, process) -> tuple[str, str | None, str, 
 
 
 def _proxy_factory(process, info: dict, axis: str, value: str):
-    from llmservingsim.errors import ConfigError
+    from program_layer.policies.loader import construction_error
     from program_layer.search import proxy
 
     def factory():
         init = info.get("init_error")
-        if init is not None:     # the loader's own wording (program_layer/policies/loader.py)
-            kind, text = init
-            if kind == "cannot":
-                raise ConfigError(f"cannot construct {axis} policy {value!r}: {text}", key=f"policies.{axis}")
-            if kind == "raised":
-                raise ConfigError(f"{axis} policy {value!r} raised while constructing: {text}",
-                                  key=f"policies.{axis}")
-            raise ConfigError(text, key=f"policies.{axis}")
+        if init is not None:     # the loader's own wording
+            raise construction_error(axis, value, *init, key=f"policies.{axis}")
         return proxy.make_proxy(process, info)
     return factory
 
