@@ -24,14 +24,15 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Optional
 
-__all__ = ["ToolGapLog", "GapSnapshot", "GapHistory", "NS_PER_S"]
+__all__ = ["ToolGapLog", "GapSnapshot", "GapHistory", "NS_PER_S", "ReadOnly"]
 
 NS_PER_S = 1_000_000_000
-_EMPTY: tuple = ()
 
 
-class _ReadOnly:
-    """Attributes are set once, by ``_init``; assigning or deleting one raises."""
+class ReadOnly:
+    """Attributes are set once, by ``_init`` (or ``object.__setattr__`` in a constructor);
+    assigning or deleting one raises. Policies get only such objects (PCBView, EntryView,
+    the gap histories), so they cannot change the state they are shown."""
     __slots__ = ()
 
     def _init(self, **fields) -> None:
@@ -45,7 +46,7 @@ class _ReadOnly:
         raise AttributeError(f"{type(self).__name__} is read-only (tried to delete {name!r})")
 
 
-class GapHistory(_ReadOnly, Sequence):
+class GapHistory(ReadOnly, Sequence):
     """The first ``len(self)`` gaps (s) of one tool, oldest first: a read-only tuple-like
     sequence that never changes (the series behind it only grows past its length)."""
     __slots__ = ("_values", "_n", "_tuple")
@@ -141,7 +142,7 @@ class GapHistory(_ReadOnly, Sequence):
         return repr(self._as_tuple())
 
 
-class _Series(_ReadOnly):
+class _Series(ReadOnly):
     """Read handle on one tool's series: the gaps (index -> s) and, for each, how many gaps
     the whole log held before it (index -> count), both live and read-only."""
     __slots__ = ("_values", "_before", "_latest")
@@ -175,7 +176,7 @@ class _Series(_ReadOnly):
         return h
 
 
-class GapSnapshot(_ReadOnly, Mapping):
+class GapSnapshot(ReadOnly, Mapping):
     """Read-only mapping tool -> ``GapHistory`` of the gaps among the log's first ``at``
     (tools with none are absent). Made in O(1); a lookup is O(1) on the newest snapshot."""
     __slots__ = ("_series", "_at")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from .gaps import NS_PER_S, ToolGapLog
+from .gaps import NS_PER_S, ReadOnly, ToolGapLog
 
 __all__ = ["ProgramControlBlock", "PCBView", "ToolGapLog", "NS_PER_S"]
 
@@ -153,7 +153,7 @@ class ProgramControlBlock:
             gaps=gaps, own_gaps=self.own_gaps.snapshot())
 
 
-class PCBView:
+class PCBView(ReadOnly):
     """Read-only, deployable view of a PCB for policies (times in seconds, floats).
 
     Attributes: program_id, session_id, arrival_s, call_index (the current call: released
@@ -194,12 +194,6 @@ class PCBView:
         put(self, "num_preemptions", num_preemptions)
         put(self, "_gaps", gaps)
         put(self, "_own_gaps", own_gaps)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"PCBView is read-only (tried to set {name!r})")
-
-    def __delattr__(self, name):
-        raise AttributeError(f"PCBView is read-only (tried to delete {name!r})")
 
     def gap_elapsed_s(self, now: float) -> Optional[float]:
         """Seconds since the program entered its current (or last) tool gap; frozen at the

@@ -24,6 +24,7 @@ from typing import Optional
 from hooks import EVICT, NONE, RELEASE, KVEntryInfo, RetentionDecision, default_eviction_key
 
 from .policies.checks import InvalidDecision, as_finite, policy_failure
+from .gaps import ReadOnly
 from .pcb import NS_PER_S, PCBView
 from .policies.base import RetentionPolicy, Signals
 
@@ -32,7 +33,7 @@ __all__ = ["RetentionPlane", "EntryView"]
 _SIMPLE = {"release": RELEASE, "evict": EVICT, "none": NONE}
 
 
-class EntryView:
+class EntryView(ReadOnly):
     """A retained KV entry as a policy's ``eviction_key(entry, now)`` sees it (seconds)."""
     __slots__ = ("owner", "instance", "created_s", "deadline_s", "value", "num_blocks", "seq",
                  "protected", "program")
@@ -48,9 +49,6 @@ class EntryView:
         put(self, "seq", entry.seq)
         put(self, "protected", now_ns < entry.deadline_ns)
         put(self, "program", program)
-
-    def __setattr__(self, name, value):
-        raise AttributeError("EntryView is read-only")
 
 
 class RetentionPlane:
