@@ -241,3 +241,14 @@ def iter_lines(path, *, error: type = WorkloadError, what: str = "file",
                 raise error(f"cannot read {what}: line longer than {_size(limit)}",
                             file=str(path), line=n)
             yield n, _decode(raw, file=str(path), first_line=n, error=error, what=what)
+
+
+def load_yaml(path, *, error: type = ConfigError, what: str = "file", problem: str = "invalid YAML"):
+    """The YAML file at ``path`` (:func:`read_text` then :func:`parse_yaml`): every failure,
+    reading or parsing, is one ``error`` naming the file."""
+    return parse_yaml(read_text(path, error=error, what=what), file=str(path), error=error, problem=problem)
+
+
+def load_json(path, *, error: type = ConfigError, what: str = "file", problem: str = "invalid JSON"):
+    """The JSON file at ``path`` (:func:`read_text` then :func:`parse_json`), likewise."""
+    return parse_json(read_text(path, error=error, what=what), file=str(path), error=error, problem=problem)

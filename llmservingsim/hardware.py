@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 
-from llmservingsim.errors import ConfigError, ProfileError, finite_number, parse_json, parse_yaml, read_text
+from llmservingsim.errors import ConfigError, ProfileError, finite_number, load_json, load_yaml
 from llmservingsim.paths import hardware_dir
 
 # ASTRA-Sim converts a network bandwidth in "GB/s" as bw * 2^30 / 1e9 bytes per ns.
@@ -224,8 +224,7 @@ def _resolve(name_or_path: str) -> Path:
 
 
 def _read_yaml(path: Path, what: str) -> Any:
-    return parse_yaml(read_text(path, error=ProfileError, what=what), file=str(path),
-                      error=ProfileError, problem="not valid YAML")
+    return load_yaml(path, error=ProfileError, what=what, problem="not valid YAML")
 
 
 def _check(value: Any, kind: str, file: Path, key: str) -> Any:
@@ -334,8 +333,7 @@ def _load_system(device_path: Path, rel: str, mem_bw: float, peak: float) -> dic
     if not file.is_file():
         raise ProfileError(f"system file '{rel}' not found (looked in {file.parent})",
                            file=str(device_path), key="system")
-    raw = parse_json(read_text(file, error=ProfileError, what="system file"), file=str(file),
-                     error=ProfileError, problem="not valid JSON")
+    raw = load_json(file, error=ProfileError, what="system file", problem="not valid JSON")
     _check_keys(raw, _SYSTEM_KEYS, file)
     for key, kind in _SYSTEM_KEYS.items():
         _check(raw[key], kind, file, key)

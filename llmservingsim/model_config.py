@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError, parse_json, read_text
+from .errors import ConfigError, load_json
 from .paths import models_dir
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "fp8": 1}
@@ -76,8 +76,7 @@ def _find_config(name: str) -> Path:
 
 def load_model(name: str) -> ModelSpec:
     path = _find_config(name)
-    cfg = parse_json(read_text(path, what="model config"), file=str(path), error=ConfigError,
-                     problem="model config is not valid JSON")
+    cfg = load_json(path, what="model config", problem="model config is not valid JSON")
 
     if not isinstance(cfg, dict):
         raise ConfigError("a model config must be a JSON object", file=str(path))

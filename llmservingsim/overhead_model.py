@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
-from .errors import ProfileError, finite_number, parse_yaml, read_text
+from .errors import ProfileError, finite_number, load_yaml
 from .paths import hardware_dir
 
 FRAMEWORK_KEYS = ("step_us", "prefill_us", "prefill_compute")
@@ -173,6 +173,5 @@ def load_overhead(device_name: str, path: Optional[Path] = None) -> OverheadMode
     path = Path(path) if path is not None else overhead_path(device_name)
     if not path.is_file():
         return OverheadModel(source=f"none: no fit for {device_name} (hardware/overhead/{device_name}.yaml)")
-    raw = parse_yaml(read_text(path, error=ProfileError, what="overhead model"), file=str(path),
-                     error=ProfileError)
+    raw = load_yaml(path, error=ProfileError, what="overhead model")
     return parse_overhead(raw, str(path))

@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import ProfileError, finite_number, iter_lines, parse_yaml, read_text
+from .errors import ProfileError, finite_number, iter_lines, load_yaml
 from .interp import GridND, Table1D
 from .paths import profiles_dir
 
@@ -251,8 +251,7 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
                            f"available: {avail or 'none'})", file=str(tp_dir))
     meta = {}
     if meta_path.exists():
-        meta = parse_yaml(read_text(meta_path, error=ProfileError, what="bundle meta.yaml"),
-                          file=str(meta_path), error=ProfileError) or {}
+        meta = load_yaml(meta_path, error=ProfileError, what="bundle meta.yaml") or {}
         if not isinstance(meta, dict):
             raise ProfileError("meta.yaml must be a mapping", file=str(meta_path))
     dense = _by_layer(_read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us")), "tokens")

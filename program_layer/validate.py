@@ -16,8 +16,8 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmservingsim.errors import (ConfigError, WorkloadError, finite_number, iter_lines, parse_json,
-                                  read_text)
+from llmservingsim.errors import (ConfigError, WorkloadError, finite_number, iter_lines, load_json,
+                                  parse_json)
 
 from .outputs import percentiles
 
@@ -101,8 +101,7 @@ def load_real(real_dir) -> RealRun:
     meta = {}
     if (real_dir / "meta.json").is_file():
         meta_path = real_dir / "meta.json"
-        meta = parse_json(read_text(meta_path, error=WorkloadError, what="meta.json"), file=str(meta_path),
-                          problem="cannot read meta.json: not JSON")
+        meta = load_json(meta_path, error=WorkloadError, what="meta.json", problem="cannot read meta.json: not JSON")
     ts = []
     if (real_dir / "timeseries.csv").is_file():
         ts = list(csv.DictReader(line for _, line in iter_lines(real_dir / "timeseries.csv",

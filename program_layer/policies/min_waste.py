@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from llmservingsim.errors import ConfigError, ProfileError, parse_json, read_text
+from llmservingsim.errors import ConfigError, ProfileError, load_json
 
 from ._params import integer, real
 from .base import RetentionPolicy
@@ -66,8 +66,8 @@ class WasteProfile:
 
     @classmethod
     def from_json(cls, path: Path) -> "WasteProfile":
-        data = parse_json(read_text(path, error=ProfileError, what="InferCept profile"), file=str(path),
-                          error=ProfileError, problem="InferCept profile is not valid JSON")
+        data = load_json(path, error=ProfileError, what="InferCept profile",
+                         problem="InferCept profile is not valid JSON")
         try:
             return cls(a=float(data["a"]), c=float(data["c"]), S=int(data["S"]),
                        source=str(path))
@@ -109,7 +109,7 @@ def resolve_profile(hardware: str, model: str, tp: int,
     found, have = [], []
     for path in sorted(Path(directory).glob("*.json")):
         try:
-            meta = parse_json(read_text(path, error=ProfileError), file=str(path), error=ProfileError)
+            meta = load_json(path, error=ProfileError)
         except ProfileError:
             continue
         if not isinstance(meta, dict):

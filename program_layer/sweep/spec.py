@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from llmservingsim.errors import ConfigError, parse_yaml, read_text
+from llmservingsim.errors import ConfigError, load_yaml, parse_yaml, read_text
 from program_layer.sweep.grid import Axis, Cell, canonical_json, expand
 
 SPEC_KEYS = ("name", "base", "axes", "baseline", "table", "plots")
@@ -142,8 +142,7 @@ def _load_base(base: Any, where: _Where, spec_dir: Path) -> tuple[dict, Path]:
         raise where.error("must be a config mapping or a path to a config file", "base")
     path = (spec_dir / base).resolve()
     try:
-        loaded = parse_yaml(read_text(path, what="base config"), file=str(path),
-                            problem="base config is not valid YAML")
+        loaded = load_yaml(path, what="base config", problem="base config is not valid YAML")
     except ConfigError as exc:      # named from the spec's 'base' key, the base file inside
         raise where.error(str(exc), "base") from None
     if not isinstance(loaded, dict):
