@@ -30,7 +30,7 @@ from . import outputs, package_version
 from .config import resolve_engine, validate_config
 from .dispatch import DispatchPlane
 from .orchestrator import Orchestrator
-from .policies import load_policy
+from .policies import BUILTINS, load_policy
 from .policies.builtin_retention import CacheLRU
 from .policies.checks import signals_recorded
 from .program_hooks import ProgramHooks
@@ -292,10 +292,10 @@ def resolved_config(sim: Simulation) -> dict:
                 spec["name"] = name
             else:
                 cfg["policies"][axis] = name
-        if isinstance(spec, dict):
-            for k, v in spec.items():
-                if k != "name" and isinstance(v, str) and (base / v).is_file():
-                    spec[k] = absolute(v)
+        if isinstance(spec, dict):           # the parameters the loader resolves as paths
+            for k in getattr(BUILTINS[axis].get(name), "path_params", ()):
+                if isinstance(spec.get(k), str):
+                    spec[k] = absolute(spec[k])
     return {k: v for k, v in cfg.items() if v is not None}
 
 
