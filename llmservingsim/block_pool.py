@@ -12,6 +12,10 @@ Invariants
   vLLM 0.19 appends every freed block to the tail; callers free a request's blocks in
   reverse so its tail is evicted before its prefix. Blocks whose content was dropped
   (``evict``) carry nothing worth keeping, so they go to the head and are reused first.
+- ``entry_refs`` counts the references retained KV entries hold (a part of ``ref_cnt``;
+  the KV cache manager takes them with ``pin`` and drops them with ``free_blocks(...,
+  pinned=True)``). ``entry_only`` is kept equal to the number of blocks with
+  ``0 < entry_refs == ref_cnt``: what releasing every entry would free, without a walk.
 - Blocks are created on first use (``FreeBlockQueue.fresh``): a pool costs O(1) until its
   blocks are needed, so idle instances of a large cluster cost almost nothing, with the same
   order and results as a pool whose blocks all exist from the start.
@@ -22,11 +26,12 @@ from typing import Callable, Iterable, Optional
 
 
 class KVBlock:
-    __slots__ = ("block_id", "ref_cnt", "block_hash", "prev_free", "next_free")
+    __slots__ = ("block_id", "ref_cnt", "entry_refs", "block_hash", "prev_free", "next_free")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_cnt = 0
+        self.entry_refs = 0     # of ref_cnt, the references retained entries hold
         self.block_hash: Optional[int] = None
         self.prev_free: Optional["KVBlock"] = None   # only touched by FreeBlockQueue
         self.next_free: Optional["KVBlock"] = None
@@ -128,7 +133,7 @@ class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
     __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
-                 "null_block", "drop_epoch", "free_epoch")
+                 "null_block", "drop_epoch", "free_epoch", "entry_only")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -143,6 +148,7 @@ class BlockPool:
         self.null_block.ref_cnt = 1
         self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
+        self.entry_only = 0     # blocks only retained entries hold (0 < entry_refs == ref_cnt)
 
     def _block(self, i: int) -> KVBlock:
         """Block ``i``, created now unless ``blocks`` already did (the queue takes never-used
@@ -196,22 +202,50 @@ class BlockPool:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
         remove = self.free_queue.remove
         for block in blocks:
-            if block.ref_cnt == 0:
+            r = block.ref_cnt
+            if r == 0:
                 remove(block)
-            block.ref_cnt += 1
+            elif r == block.entry_refs:     # held by entries alone until now
+                self.entry_only -= 1
+            block.ref_cnt = r + 1
 
-    def free_blocks(self, ordered: Iterable[KVBlock], drop_content: bool = False) -> None:
-        """Drop one reference from each block, in the given (eviction) order."""
+    def pin(self, blocks: Iterable[KVBlock]) -> None:
+        """A retained entry takes over one reference of each block (``ref_cnt`` unchanged)."""
+        delta = 0
+        for block in blocks:
+            e = block.entry_refs
+            r = block.ref_cnt
+            if e and r == e:
+                delta -= 1
+            e += 1
+            block.entry_refs = e
+            if r == e:
+                delta += 1
+        self.entry_only += delta
+
+    def free_blocks(self, ordered: Iterable[KVBlock], drop_content: bool = False,
+                    pinned: bool = False) -> None:
+        """Drop one reference from each block, in the given (eviction) order; ``pinned``:
+        the references are a retained entry's."""
         queue = self.free_queue
         self.free_epoch += 1
+        delta = 0
         for block in ordered:
-            block.ref_cnt -= 1
-            if block.ref_cnt == 0:
+            r = block.ref_cnt - 1
+            block.ref_cnt = r
+            if pinned:
+                block.entry_refs -= 1
+                if r == 0:                  # the entry was its last holder
+                    delta -= 1
+            elif r and r == block.entry_refs:   # entries alone hold it now
+                delta += 1
+            if r == 0:
                 if drop_content and block.block_hash is not None:
                     self._drop_content(block)
                     queue.appendleft(block)
                 else:
                     queue.append(block)
+        self.entry_only += delta
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         if block.block_hash is not None or not self.enable_caching:
@@ -245,9 +279,11 @@ class BlockPool:
         assert len(in_queue) == self.free_queue.num_free
         for b in self.blocks[1:]:
             assert b.ref_cnt >= 0, b
+            assert 0 <= b.entry_refs <= b.ref_cnt, b
             assert (b.ref_cnt == 0) == (b.block_id in in_queue), b
             if b.block_hash is not None:
                 assert self.cached.get(b.block_hash) is b or b in self.copies.get(b.block_hash, ()), b
+        assert self.entry_only == sum(1 for b in self.blocks[1:] if 0 < b.entry_refs == b.ref_cnt)
         for h, b in self.cached.items():
             assert b.block_hash == h
         for h, bs in self.copies.items():

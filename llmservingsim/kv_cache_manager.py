@@ -165,6 +165,8 @@ class KVCacheManager:
         if hits:
             self.pool.touch(hits)
             held.extend(hits)
+            if not num_held:        # hits are published already: publishing starts after them
+                self.num_cached_blocks[req.request_id] = len(hits)
         if num_new_blocks:
             held.extend(self.pool.get_new_blocks(num_new_blocks))
         self.cache_blocks(req, min(total, req.num_tokens))
@@ -219,8 +221,18 @@ class KVCacheManager:
         self.entry_epoch += 1
         self.entries[req.owner] = KVEntry(req.owner, blocks, req.num_tokens, now_ns,
                                           decision.deadline_ns, decision.value, self._entry_seq)
-        if old is not None:          # the new context supersedes the old (shared blocks stay held)
-            self.pool.free_blocks(reversed(old.blocks))
+        if old is None:
+            self.pool.pin(blocks)
+        else:       # the new context supersedes the old (shared blocks stay held)
+            # Usually the old context is a prefix of the new one (the call hit it): moving
+            # those blocks' entry references from the old entry to the new one changes no
+            # count, so only the rest is pinned, and nothing of the old entry is freed.
+            k = len(old.blocks)
+            if k <= len(blocks) and old.blocks == blocks[:k]:
+                self.pool.pin(blocks[k:])
+            else:
+                self.pool.pin(blocks)
+                self.pool.free_blocks(reversed(old.blocks), pinned=True)
         self._report(req.owner, req.num_tokens, True, now_ns)
         return self._entry_seq
 
@@ -237,7 +249,7 @@ class KVCacheManager:
         if entry is None:
             return False
         self.entry_epoch += 1
-        self.pool.free_blocks(reversed(entry.blocks), drop_content)
+        self.pool.free_blocks(reversed(entry.blocks), drop_content, pinned=True)
         self._report(owner, 0, False, self._clock())
         return True
 
@@ -274,18 +286,13 @@ class KVCacheManager:
             # Each freed block raises the free count, and a freed hit raises the need as
             # well, so free - need never falls as entries go: the answer is whether
             # releasing every entry would do, whatever the order (no key is evaluated).
-            avail = self.pool.num_free
-            hit_ids = {b.block_id for b in hits if b.ref_cnt > 0} if hits else ()
-            dropped: dict[int, int] = {}
-            for entry in self.entries.values():
-                for b in entry.blocks:
-                    d = dropped.get(b.block_id, 0) + 1
-                    dropped[b.block_id] = d
-                    if b.ref_cnt == d:
-                        avail += 1
-                        if b.block_id in hit_ids:
-                            need += 1
-            return avail >= need
+            # Releasing them all frees exactly the blocks only entries hold (the pool keeps
+            # that count), and a hit among those becomes evictable.
+            pool = self.pool
+            for b in hits:
+                if b.ref_cnt and b.ref_cnt == b.entry_refs:
+                    need += 1
+            return pool.num_free + pool.entry_only >= need
         for entry in self._entry_order(requester):
             self.release_entry(entry.owner)
             self.num_reclaimed_entries += 1
@@ -303,8 +310,13 @@ class KVCacheManager:
     def check_invariants(self) -> None:
         self.pool.check_invariants()
         holders: dict[int, int] = {}
+        pinned: dict[int, int] = {}
         for blocks in list(self.req_blocks.values()) + [e.blocks for e in self.entries.values()]:
             for b in blocks:
                 holders[b.block_id] = holders.get(b.block_id, 0) + 1
+        for e in self.entries.values():
+            for b in e.blocks:
+                pinned[b.block_id] = pinned.get(b.block_id, 0) + 1
         for b in self.pool.blocks[1:]:
             assert b.ref_cnt == holders.get(b.block_id, 0), (b, holders.get(b.block_id, 0))
+            assert b.entry_refs == pinned.get(b.block_id, 0), (b, pinned.get(b.block_id, 0))
