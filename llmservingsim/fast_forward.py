@@ -8,7 +8,11 @@ timestamps and metrics the step-by-step loop would produce.
 
 Conditions (checked at the end of step N, after its output is applied, async scheduling):
 - step N+1 (already scheduled) is pure decode, contains every running request in list
-  order, preempted nobody, and the waiting queue is empty (no admission can happen);
+  order and preempted nobody;
+- no admission can happen: the waiting queue is empty, or its head is blocked in a way
+  that provably lasts while only decodes run (``Scheduler.admission_blocked``: the batch is
+  at ``max_num_seqs``, or the head does not fit and nothing in the horizon can make it fit
+  but the publication of the block that extends its cached prefix, where the run stops);
 - no request reaches its max_tokens inside the horizon (finishes are events);
 - the block allocations of the horizon fit in the free blocks (no allocation can fail,
   so no reclamation or preemption);
@@ -33,7 +37,7 @@ MIN_GAP_STEPS = 8
 def try_fast_forward(inst, nxt) -> bool:
     """Fast-forward ``inst`` whose pending step is ``nxt``; False if it does not apply."""
     sched = inst.scheduler
-    if sched.waiting or nxt.preempted:
+    if nxt.preempted:
         return False
     loop = inst.loop
     next_event = loop.peek()
@@ -64,6 +68,9 @@ def try_fast_forward(inst, nxt) -> bool:
         kv_min = min(kv_min, kv)
     if horizon < MIN_STEPS:
         return False
+    unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)
+    if unblock is None:
+        return False
     timer = inst.timer
     # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1;
     # every bulk step, and the launch of the step after them, must precede the next event.
@@ -87,6 +94,10 @@ def try_fast_forward(inst, nxt) -> bool:
         del allocs[free:]
         allocs = [a for a in allocs if a[0] <= last_ok]
     steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
+    if unblock[1] is not None:
+        steps = _until_unblocked(scheduled, steps, inst.kv.block_size, *unblock)
+        del times[steps:]
+        allocs = [a for a in allocs if a[0] <= steps]
     if steps < MIN_STEPS - 1:
         return False
     t = times[-1][0] + times[-1][1].total_ns
@@ -94,6 +105,19 @@ def try_fast_forward(inst, nxt) -> bool:
     launch_at = t
     loop.schedule(launch_at, lambda: inst._launch(nxt, launch_at))
     return True
+
+
+def _until_unblocked(scheduled, steps: int, bs: int, k: int, h: int) -> int:
+    """The bulk steps that may run before the waiting head could be admitted: a request
+    whose sampled tokens complete its block ``k`` with hash ``h`` (the head's next block)
+    extends the head's cached prefix at the end of that bulk step, so the schedule after
+    it must run normally."""
+    for sr in scheduled:
+        req = sr.req
+        j = (k + 1) * bs - req.num_tokens       # the bulk step whose token completes block k
+        if 1 <= j <= steps and req.stream.block_hashes(k + 1)[k] == h:
+            steps = j
+    return steps
 
 
 def _allocation_events(inst, scheduled, max_step: int) -> list:

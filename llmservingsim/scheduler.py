@@ -152,6 +152,41 @@ class Scheduler:
         out.num_tokens = cfg.max_num_batched_tokens - budget
         return out
 
+    def admission_blocked(self, num_decodes: int):
+        """Whether the admission phase admits nothing now and at every next schedule while
+        only the ``num_decodes`` running decodes run (one token each, every allocation
+        fitting in the free blocks, no arrival, finish or entry change): fast-forward under
+        load. Returns None when it may admit; otherwise ``(k, h)``: it stays blocked unless
+        a block with hash ``h`` (the head's block ``k``) is published, extending the head's
+        cached prefix; ``(-1, None)`` when nothing published can unblock it.
+
+        Why blocking persists: decode allocations only lower the free count, and a popped
+        block that was one of the head's hits truncates its hits by t blocks, which adds t
+        blocks to its need and removes at most t evictable or entry-held hits from it. So
+        the head's need never falls while the free and reclaimable counts never rise; only
+        a newly published block at the end of its cached prefix can lower the need."""
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens - num_decodes
+        if not self.waiting or len(self.running) >= cfg.max_num_seqs or budget <= 0:
+            return -1, None
+        req = self.waiting.peek()
+        kv = self.kv
+        hits, num_hit = kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else ([], 0)
+        num_new = req.num_tokens - req.num_computed_tokens - num_hit
+        threshold = cfg.long_prefill_token_threshold
+        if 0 < threshold < num_new:
+            num_new = threshold
+        blocked = not cfg.enable_chunked_prefill and num_new > budget
+        if not blocked:
+            if min(num_new, budget) <= 0 or kv.can_fit_full_sequence(req, hits):
+                return None
+        if req.num_computed_tokens or not kv.enable_caching:
+            return -1, None
+        k = len(hits)
+        if k >= (req.num_tokens - 1) // kv.block_size:     # the longest prefix a lookup takes
+            return -1, None
+        return k, req.stream.block_hashes(k + 1)[k]
+
     def _commit(self, req: Request, num_new: int) -> ScheduledRequest:
         before = req.num_computed_tokens
         req.num_computed_tokens = before + num_new
