@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from .errors import ProfileError, finite_number, iter_lines, load_yaml
+from .errors import ProfileError, finite_number, iter_lines, load_yaml, read_text
 from .interp import GridND, Table1D
 from .paths import profiles_dir
 
@@ -73,6 +73,56 @@ def _read_csv(path: Path, required: tuple[str, ...], *, text: tuple[str, ...] = 
     cannot reach the interpolation tables."""
     if not path.exists():
         raise ProfileError(f"missing profile file (expected {path})", file=str(path))
+    rows = _read_plain_csv(path, required, text, signed)
+    if rows is None:        # not plain, or not valid: the checked reader names what is wrong
+        rows = _read_checked_csv(path, required, text, signed)
+    if not rows and not allow_empty:
+        raise ProfileError("empty profile table", file=str(path))
+    return rows
+
+
+def _read_plain_csv(path: Path, required: tuple[str, ...], text: tuple[str, ...],
+                    signed: tuple[str, ...]) -> Optional[list[dict]]:
+    """``_read_csv``'s rows when the file is plain (no quoting, every row as wide as the
+    header, every cell valid), read a column at a time; None otherwise. Profile tables have
+    tens of thousands of rows and the checked reader costs most of a short run's start-up;
+    it only has to run when something is wrong, to say what."""
+    try:
+        data = read_text(path, error=ProfileError, what="profile table")
+    except ProfileError:
+        return None
+    if '"' in data or "\r" in data:
+        return None
+    lines = data.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if not lines or max(map(len, lines)) > csv.field_size_limit():    # csv's own limit
+        return None
+    header = lines[0].split(",")
+    if any(c not in header for c in required):
+        return None
+    width = len(header)
+    cells = [line.split(",") for line in lines[1:] if line]
+    if any(len(row) != width for row in cells):
+        return None
+    columns = []
+    try:
+        for k in required:
+            i = header.index(k)
+            col = [row[i] for row in cells]
+            if k not in text:
+                col = list(map(float, col))
+                if not all(map(math.isfinite, col)) or (k not in signed and col and min(col) < 0):
+                    return None
+            columns.append(col)
+    except ValueError:
+        return None
+    return [dict(zip(required, values)) for values in zip(*columns)]
+
+
+def _read_checked_csv(path: Path, required: tuple[str, ...], text: tuple[str, ...],
+                      signed: tuple[str, ...]) -> list[dict]:
+    """The rows of ``_read_csv``, a cell at a time, raising on the first bad one."""
     at = [0]           # the file line csv is on (its own line_num lags behind on a csv.Error)
 
     def lines():
@@ -92,8 +142,6 @@ def _read_csv(path: Path, required: tuple[str, ...], *, text: tuple[str, ...] = 
                          for k in required})
     except csv.Error as exc:     # e.g. a field over csv's 128 KiB field limit
         raise ProfileError(f"not valid CSV ({exc})", file=str(path), line=at[0]) from None
-    if not rows and not allow_empty:
-        raise ProfileError("empty profile table", file=str(path))
     return rows
 
 
