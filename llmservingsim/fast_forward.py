@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 
-from .perf_model import BatchShape
 
 MIN_STEPS = 3
 # Planning a run costs O(batch) up front, so a run is only attempted when the time to the
@@ -71,13 +70,13 @@ def try_fast_forward(inst, nxt) -> bool:
     unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)
     if unblock is None:
         return False
-    timer = inst.timer
+    time_decode = inst.timer.time_decode
     # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1;
     # every bulk step, and the launch of the step after them, must precede the next event.
     times = []
     t = loop.now
     for j in range(1, horizon):
-        timing = timer.time_shape(BatchShape(0, 0.0, 0, n, kv_sum + n * (j - 1), kv_max + j - 1, kv_min + j - 1))
+        timing = time_decode(n, kv_sum + n * (j - 1), kv_max + j - 1, kv_min + j - 1)
         t_end = t + timing.total_ns
         if t_end >= limit:
             break

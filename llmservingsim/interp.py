@@ -88,11 +88,21 @@ class GridND:
         return total
 
     def _call2(self, x0: float, x1: float) -> float:
-        a0, a1 = self.axes
+        return self.along(self.row(x0), x1)
+
+    def row(self, x0: float) -> tuple:
+        """A 2-D grid's interpolation at ``x0`` on its first axis, as ``along`` takes it: a
+        caller that holds ``x0`` fixed (a decode batch's size) looks it up once."""
+        a0 = self.axes[0]
         i, w = bracket(a0, x0)
-        j, u = bracket(a1, x1)
         r0 = self._rows[i]
-        r1 = self._rows[i + 1] if len(a0) > 1 else r0
+        return w, r0, (self._rows[i + 1] if len(a0) > 1 else r0)
+
+    def along(self, row: tuple, x1: float) -> float:
+        """The value at (x0, x1) of a 2-D grid, given ``row(x0)``."""
+        w, r0, r1 = row
+        a1 = self.axes[1]
+        j, u = bracket(a1, x1)
         j1 = j + 1 if len(a1) > 1 else j
         lo = r0[j] + u * (r0[j1] - r0[j])
         hi = r1[j] + u * (r1[j1] - r1[j])

@@ -77,6 +77,7 @@ class PerformanceModel:
         self.pp = pp
         self._dense_memo: dict[int, float] = {}
         self._seq_memo: dict[int, float] = {}
+        self._decode_memo: dict[int, tuple] = {}
         dense = bundle.dense
         L = self.layers_per_stage
         self._dense_terms = []
@@ -127,25 +128,48 @@ class PerformanceModel:
         nd = b.num_decodes
         if nd == 0:
             return att.prefill(b.prefill_tokens, b.prefill_ctx) if b.prefill_tokens else 0.0
+        if not b.prefill_tokens:
+            return self._decode_attention_us(self._decode_consts(nd), nd, b.decode_kv_sum,
+                                             b.decode_kv_max, b.decode_kv_min)
         mean_kv = b.decode_kv_sum / nd
-        if b.prefill_tokens:
-            t_mean = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, mean_kv)
-        else:
-            t_mean = att.decode(nd, mean_kv)
+        t_mean = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, mean_kv)
         if nd < 2 or b.decode_kv_max == b.decode_kv_min:
             return t_mean
-        alpha = self._alpha(b, mean_kv)
+        alpha = self._alpha(b.prefill_tokens, nd, mean_kv, b.decode_kv_min, b.decode_kv_max, b.prefill_ctx)
         if alpha == 0.0:
             return t_mean
-        if b.prefill_tokens:
-            t_max = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, b.decode_kv_max)
-        else:
-            t_max = att.decode(nd, b.decode_kv_max)
+        t_max = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, b.decode_kv_max)
         if t_max <= t_mean:       # interpolation at an axis edge: no negative correction
             return t_mean
         return t_mean + alpha * (t_max - t_mean)
 
-    def _alpha(self, b: BatchShape, mean_kv: float) -> float:
+    def _decode_consts(self, nd: int) -> tuple:
+        """What a pure-decode step of ``nd`` sequences costs whatever their KV lengths:
+        (dense µs, per-sequence µs, the decode grid's row at ``nd``)."""
+        c = self._decode_memo.get(nd)
+        if c is None:
+            c = self._decode_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd),
+                                         self.bundle.attention.decode.row(nd))
+        return c
+
+    def _decode_attention_us(self, consts: tuple, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
+        """``attention_us`` of a pure-decode batch (the same arithmetic as the mixed case)."""
+        decode = self.bundle.attention.decode
+        row = consts[2]
+        mean_kv = kv_sum / nd
+        t_mean = decode.along(row, mean_kv)
+        if nd < 2 or kv_max == kv_min:
+            return t_mean
+        alpha = self._alpha(0, nd, mean_kv, kv_min, kv_max, 0.0)
+        if alpha == 0.0:
+            return t_mean
+        t_max = decode.along(row, kv_max)
+        if t_max <= t_mean:       # interpolation at an axis edge: no negative correction
+            return t_mean
+        return t_mean + alpha * (t_max - t_mean)
+
+    def _alpha(self, prefill_tokens: int, nd: int, mean_kv: float, kv_min: int, kv_max: int,
+               prefill_ctx: float) -> float:
         """The skew fit's alpha for this batch, looked up as the profiler fitted it
         (LLMServingSim ``_skew_alpha``): the bucket key's prefill chunk must be a profiled
         grid value (a step's summed chunk rarely is), otherwise the pooled
@@ -153,16 +177,25 @@ class PerformanceModel:
         sk = self.bundle.skew
         if sk is None:
             return 0.0
-        pc = float(b.prefill_tokens)
+        pc = float(prefill_tokens)
         if pc not in sk.pc_set:
             return sk.alpha_default
-        rate = (mean_kv - b.decode_kv_min) / (b.decode_kv_max - b.decode_kv_min)
-        key = (pc, _label(sk.n_bins, sk.n_labels, b.num_decodes), _label(sk.sr_bins, sk.sr_labels, rate),
-               _label(sk.kvb_bins, sk.kvb_labels, b.decode_kv_max), _label(sk.kp_bins, sk.kp_labels, b.prefill_ctx))
+        rate = (mean_kv - kv_min) / (kv_max - kv_min)
+        key = (pc, _label(sk.n_bins, sk.n_labels, nd), _label(sk.sr_bins, sk.sr_labels, rate),
+               _label(sk.kvb_bins, sk.kvb_labels, kv_max), _label(sk.kp_bins, sk.kp_labels, prefill_ctx))
         return sk.table.get(key, sk.alpha_default)
 
     def compute_us(self, b: BatchShape) -> float:
         """Compute time of one pipeline stage with the once-per-step ops (µs): dense +
         attention + per-sequence. With pp stages a step is pp x (this - once_us) + once_us."""
+        if not b.prefill_tokens and b.num_decodes:
+            return self.decode_us(b.num_decodes, b.decode_kv_sum, b.decode_kv_max, b.decode_kv_min)
         return (self.dense_us(b.num_tokens) + self.layers_per_stage * self.attention_us(b)
                 + self.per_sequence_us(b.num_seqs))
+
+    def decode_us(self, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
+        """``compute_us`` of a pure-decode step of ``nd`` sequences whose KV lengths sum to
+        ``kv_sum`` (fast-forward times its steps this way, without building their shapes)."""
+        consts = self._decode_consts(nd)
+        return (consts[0] + self.layers_per_stage * self._decode_attention_us(consts, nd, kv_sum, kv_max, kv_min)
+                + consts[1])

@@ -65,6 +65,7 @@ class Scheduler:
         self.priority_policy = config.policy == "priority"
         self.num_preemptions = 0
         self.num_ff_steps = 0       # steps applied in bulk by fast-forward
+        self.num_ff_queued_steps = 0    # of which with requests waiting (admission blocked)
 
     def add_request(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
@@ -221,6 +222,8 @@ class Scheduler:
             req.last_token_ns = last_ns
             sr.ctx_before += steps
         self.num_ff_steps += steps
+        if self.waiting:
+            self.num_ff_queued_steps += steps
 
     # ---- update -------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now_ns: int) -> list[Request]:

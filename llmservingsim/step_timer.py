@@ -19,7 +19,8 @@ from .scheduler import SchedulerOutput
 
 class CommModel(Protocol):
     def exposed_comm_ns(self, shape: BatchShape) -> int:
-        """Communication time not hidden behind compute for one step of this shape."""
+        """Communication time not hidden behind compute for one step of this shape (a
+        function of the shape alone: ``time_decode`` keeps it per batch size)."""
 
 
 @dataclass(slots=True)
@@ -60,6 +61,7 @@ class StepTimer:
         self.comm = comm
         self.pp = perf.pp
         self.framework = framework if framework is not None else Framework()
+        self._decode_memo: dict[int, tuple[int, int]] = {}    # decodes -> (comm, overhead) ns
 
     def time_shape(self, shape: BatchShape) -> StepTiming:
         perf = self.perf
@@ -76,6 +78,25 @@ class StepTimer:
         if total < 1000:          # a step never takes less than a microsecond
             total = 1000
         return StepTiming(total, compute, comm, overhead)
+
+    def time_decode(self, n: int, kv_sum: int, kv_max: int, kv_min: int) -> StepTiming:
+        """``time_shape`` of a pure-decode step of ``n`` sequences (fast-forward's steps):
+        its communication and framework overhead depend on ``n`` alone, so they are looked
+        up once per batch size, and only the compute is evaluated per step."""
+        if self.pp != 1:
+            return self.time_shape(BatchShape(0, 0.0, 0, n, kv_sum, kv_max, kv_min))
+        fixed = self._decode_memo.get(n)
+        if fixed is None:
+            shape = BatchShape(0, 0.0, 0, n, kv_sum, kv_max, kv_min)
+            comm = self.comm.exposed_comm_ns(shape) if self.comm is not None else 0
+            # a pure-decode step's overhead does not read its compute (no prefill share)
+            overhead = round(self.framework.us(0, 0, n, 0.0) * 1000.0)
+            fixed = self._decode_memo[n] = (comm, overhead)
+        compute = round(self.perf.decode_us(n, kv_sum, kv_max, kv_min) * 1000.0)
+        total = compute + fixed[0] + fixed[1]
+        if total < 1000:
+            total = 1000
+        return StepTiming(total, compute, fixed[0], fixed[1])
 
     def time(self, out: SchedulerOutput) -> StepTiming:
         return self.time_shape(shape_of(out))

@@ -157,17 +157,17 @@ def overhead_yaml(device: str, fw: Framework, provenance: str, regimes=None, mod
     return "\n".join(lines) + "\n"
 
 
-def _floor_pc_alpha(self, b, mean_kv):
+def _floor_pc_alpha(self, prefill_tokens, nd, mean_kv, kv_min, kv_max, prefill_ctx):
     """The skew lookup before this change: the chunk's bucket at the grid value below it."""
     sk = self.bundle.skew
     if sk is None:
         return 0.0
     pcs = sorted(sk.pc_set)
-    pc = pcs[max(bisect.bisect_right(pcs, b.prefill_tokens) - 1, 0)] if b.prefill_tokens and pcs else 0.0
-    rate = (mean_kv - b.decode_kv_min) / (b.decode_kv_max - b.decode_kv_min)
+    pc = pcs[max(bisect.bisect_right(pcs, prefill_tokens) - 1, 0)] if prefill_tokens and pcs else 0.0
+    rate = (mean_kv - kv_min) / (kv_max - kv_min)
     label = perf_model._label
-    key = (pc, label(sk.n_bins, sk.n_labels, b.num_decodes), label(sk.sr_bins, sk.sr_labels, rate),
-           label(sk.kvb_bins, sk.kvb_labels, b.decode_kv_max), label(sk.kp_bins, sk.kp_labels, b.prefill_ctx))
+    key = (pc, label(sk.n_bins, sk.n_labels, nd), label(sk.sr_bins, sk.sr_labels, rate),
+           label(sk.kvb_bins, sk.kvb_labels, kv_max), label(sk.kp_bins, sk.kp_labels, prefill_ctx))
     return sk.table.get(key, sk.alpha_default)
 
 

@@ -80,3 +80,21 @@ def test_fast_forward_engages_on_a_decode_heavy_cell(tmp_path):
     sim.run()
     sched = sim.cluster.instances[0].scheduler
     assert sched.num_ff_steps > 0
+
+
+def test_fast_forward_engages_with_requests_waiting(tmp_path):
+    """Under load (a batch capped at max_num_seqs, a pool too small for every context) decode
+    runs with requests waiting are fast-forwarded too, and the outputs still equal step mode."""
+    from program_layer.run import build_simulation
+    cfg = {"model": "meta-llama/Llama-3.1-8B", "hardware": "RTXPRO6000",
+           "engine": {"max_num_seqs": 2, "kv_pool_tokens": 120 * 16},
+           "workload": {"path": _workload(tmp_path, 7, 8)}}
+    sim = build_simulation(cfg)
+    sim.run()
+    sched = sim.cluster.instances[0].scheduler
+    assert sched.num_ff_queued_steps > 0
+    a, b = tmp_path / "ff", tmp_path / "step"
+    run_config(cfg, a)
+    run_config(cfg, b, step_mode=True)
+    for name in ("calls.csv", "programs.csv", "timeseries.csv", "summary.json"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
