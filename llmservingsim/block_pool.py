@@ -22,111 +22,186 @@ Invariants
 """
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable, Iterable, Optional
 
 
+# empty places a free queue tolerates beyond twice its free blocks before compacting its runs
+COMPACT_SLACK = 1024
+
+
 class KVBlock:
-    __slots__ = ("block_id", "ref_cnt", "entry_refs", "block_hash", "prev_free", "next_free")
+    __slots__ = ("block_id", "ref_cnt", "entry_refs", "block_hash", "free_run")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
         self.ref_cnt = 0
         self.entry_refs = 0     # of ref_cnt, the references retained entries hold
         self.block_hash: Optional[int] = None
-        self.prev_free: Optional["KVBlock"] = None   # only touched by FreeBlockQueue
-        self.next_free: Optional["KVBlock"] = None
+        self.free_run: Optional["_Run"] = None   # only touched by FreeBlockQueue
 
     def __repr__(self) -> str:
         return f"KVBlock({self.block_id}, ref={self.ref_cnt}, hash={'y' if self.block_hash is not None else 'n'})"
 
 
+class _Run:
+    """Blocks that entered the free queue together, in queue order, read from ``pos`` on.
+    ``blocks[i]`` (i >= pos) is in the queue iff its ``free_run`` is this run: a block taken
+    out of the middle (a cache hit) only forgets its run, and when it is freed again it
+    joins a new run, so its old place reads as empty."""
+    __slots__ = ("blocks", "pos")
+
+    def __init__(self, blocks: list):
+        self.blocks = blocks
+        self.pos = 0
+
+
+class _FreshRun:
+    """Never-used blocks ``lo .. hi - 1`` in id order, each created by ``make(id)`` when taken."""
+    __slots__ = ("lo", "hi", "make")
+
+    def __init__(self, lo: int, hi: int, make: Callable[[int], KVBlock]):
+        self.lo, self.hi, self.make = lo, hi, make
+
+
 class FreeBlockQueue:
-    """Doubly linked list with sentinels: O(1) popleft, append, appendleft and remove.
+    """The free blocks in eviction order: a deque of runs (``_Run``), a run per batch of
+    blocks freed together (a request's or an entry's blocks, in one call), so freeing,
+    taking and the hits of a whole context cost a list operation per batch and an
+    attribute write per block, not a linked-list splice per block.
+
+    Order: runs front to back, each run's live blocks in order. ``popleft`` / ``popleft_n``
+    take from the front, ``append`` / ``extend`` add a run at the back, ``appendleft`` /
+    ``extendleft`` a run at the front, ``remove`` takes a block out of any place (O(1): its
+    place is left empty and skipped when the front reaches it). When adding makes the places
+    (live or empty) exceed ``2 * num_free + compact_slack`` the runs are rewritten without
+    the empty ones, so memory stays O(blocks) however often blocks cycle, and each empty
+    place is skipped or dropped once.
 
     ``FreeBlockQueue.fresh(n, make)`` holds blocks 0 .. n-1 in id order without creating
-    them: one marker node stands in the list for the never-used blocks ``_fresh_lo`` ..
-    ``_fresh_hi - 1``, and a ``popleft`` that reaches it creates the next one with
-    ``make(id)``. Blocks enter the list only at its ends, so the never-used blocks stay one
-    run, in id order, exactly where a list of real blocks would hold them: the order is the
-    same, and the cost is O(blocks used), not O(blocks).
+    them (one ``_FreshRun``): blocks enter only at the ends, so the never-used blocks stay
+    one run, in id order, exactly where a queue of real blocks would hold them: the order is
+    the same, and the cost is O(blocks used), not O(blocks).
     """
 
-    __slots__ = ("head", "tail", "num_free", "_marker", "_fresh_lo", "_fresh_hi", "_make")
+    __slots__ = ("runs", "num_free", "_places", "compact_slack")
 
     def __init__(self, blocks: Iterable[KVBlock]):
-        self.head = KVBlock(-1)
-        self.tail = KVBlock(-2)
-        self.head.next_free = self.tail
-        self.tail.prev_free = self.head
+        self.runs: deque = deque()
         self.num_free = 0
-        self._marker: Optional[KVBlock] = None      # None: no never-used blocks left
-        self._fresh_lo = self._fresh_hi = 0
-        self._make: Optional[Callable[[int], KVBlock]] = None
-        for b in blocks:
-            self.append(b)
+        self._places = 0            # places in runs at or after their pos (live or empty)
+        self.compact_slack = COMPACT_SLACK
+        self.extend(list(blocks))
 
     @classmethod
     def fresh(cls, n: int, make: Callable[[int], KVBlock]) -> "FreeBlockQueue":
         """Blocks 0 .. n-1 free in id order, each created by ``make(id)`` when first taken."""
         q = cls(())
         if n > 0:
-            q._marker = KVBlock(-3)
-            q._fresh_lo, q._fresh_hi, q._make = 0, n, make
-            q.append(q._marker)
+            q.runs.append(_FreshRun(0, n, make))
             q.num_free = n
         return q
 
+    # ---- adding ------------------------------------------------------------------------
+    def extend(self, blocks: list) -> None:
+        """Add ``blocks`` at the back, in this order."""
+        if blocks:
+            run = _Run(blocks)
+            for b in blocks:
+                b.free_run = run
+            self.runs.append(run)
+            self._grow(len(blocks))
+
+    def extendleft(self, blocks: list) -> None:
+        """Add ``blocks`` at the front, in this order (``blocks[0]`` is taken first)."""
+        if blocks:
+            run = _Run(blocks)
+            for b in blocks:
+                b.free_run = run
+            self.runs.appendleft(run)
+            self._grow(len(blocks))
+
     def append(self, block: KVBlock) -> None:
-        last = self.tail.prev_free
-        last.next_free = block
-        block.prev_free = last
-        block.next_free = self.tail
-        self.tail.prev_free = block
-        self.num_free += 1
+        self.extend([block])
 
     def appendleft(self, block: KVBlock) -> None:
-        first = self.head.next_free
-        self.head.next_free = block
-        block.prev_free = self.head
-        block.next_free = first
-        first.prev_free = block
-        self.num_free += 1
+        self.extendleft([block])
+
+    def _grow(self, n: int) -> None:
+        self.num_free += n
+        self._places += n
+        if self._places > 2 * self.num_free + self.compact_slack:
+            self._compact()
+
+    # ---- taking ------------------------------------------------------------------------
+    def remove(self, block: KVBlock) -> None:
+        """Take ``block`` (free) out of its place."""
+        block.free_run = None
+        self.num_free -= 1
 
     def popleft(self) -> KVBlock:
-        block = self.head.next_free
-        if block is self._marker:
-            return self._pop_fresh()
-        if block is self.tail:
+        if not self.num_free:
             raise RuntimeError("no free blocks")
-        self.remove(block)
-        return block
+        return self.popleft_n(1)[0]
 
-    def _pop_fresh(self) -> KVBlock:
-        i = self._fresh_lo
-        self._fresh_lo = i + 1
-        if self._fresh_lo == self._fresh_hi:        # the last never-used block: drop the marker
-            marker, self._marker = self._marker, None
-            marker.prev_free.next_free = marker.next_free
-            marker.next_free.prev_free = marker.prev_free
-        self.num_free -= 1
-        return self._make(i)
-
-    def remove(self, block: KVBlock) -> None:
-        prev, nxt = block.prev_free, block.next_free
-        prev.next_free = nxt
-        nxt.prev_free = prev
-        block.prev_free = block.next_free = None
-        self.num_free -= 1
-
-    def block_ids(self) -> list[int]:
-        out, b = [], self.head.next_free
-        while b is not self.tail:
-            if b is self._marker:
-                out.extend(range(self._fresh_lo, self._fresh_hi))
-            else:
-                out.append(b.block_id)
-            b = b.next_free
+    def popleft_n(self, n: int) -> list[KVBlock]:
+        """The first ``n`` free blocks, taken out of the queue (the caller has checked that
+        there are ``n``)."""
+        out: list[KVBlock] = []
+        runs = self.runs
+        places = self._places
+        while len(out) < n:
+            run = runs[0]
+            if type(run) is _FreshRun:
+                k = min(n - len(out), run.hi - run.lo)
+                make = run.make
+                out.extend(make(i) for i in range(run.lo, run.lo + k))
+                run.lo += k
+                if run.lo == run.hi:
+                    runs.popleft()
+                continue
+            blocks, pos = run.blocks, run.pos
+            end = len(blocks)
+            while pos < end:
+                b = blocks[pos]
+                pos += 1
+                if b.free_run is run:
+                    b.free_run = None
+                    out.append(b)
+                    if len(out) == n:
+                        break
+            places -= pos - run.pos
+            run.pos = pos
+            if pos == end:
+                runs.popleft()
+        self._places = places
+        self.num_free -= n
         return out
+
+    # ---- reading -----------------------------------------------------------------------
+    def block_ids(self) -> list[int]:
+        out = []
+        for run in self.runs:
+            if type(run) is _FreshRun:
+                out.extend(range(run.lo, run.hi))
+            else:
+                out.extend(b.block_id for b in run.blocks[run.pos:] if b.free_run is run)
+        return out
+
+    def _compact(self) -> None:
+        """Rewrite the runs without their empty places (same order)."""
+        kept: deque = deque()
+        places = 0
+        for run in self.runs:
+            if type(run) is not _FreshRun:
+                run.blocks = [b for b in run.blocks[run.pos:] if b.free_run is run]
+                run.pos = 0
+                if not run.blocks:
+                    continue
+                places += len(run.blocks)
+            kept.append(run)
+        self.runs = kept
+        self._places = places
 
 
 class BlockPool:
@@ -188,34 +263,47 @@ class BlockPool:
     def get_new_blocks(self, n: int) -> list[KVBlock]:
         if n > self.free_queue.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.free_queue.num_free} free")
-        out = []
-        popleft = self.free_queue.popleft
-        for _ in range(n):
-            block = popleft()
-            if block.block_hash is not None:
-                self._drop_content(block)
+        out = self.free_queue.popleft_n(n)
+        cached, copies = self.cached, self.copies
+        for block in out:
+            h = block.block_hash
+            if h is not None:
+                if cached.get(h) is block and h not in copies:     # _drop_content's usual case
+                    self.drop_epoch += 1
+                    block.block_hash = None
+                    del cached[h]
+                else:
+                    self._drop_content(block)
             block.ref_cnt = 1
-            out.append(block)
         return out
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
-        remove = self.free_queue.remove
+        taken = 0
+        entry_only = 0
         for block in blocks:
             r = block.ref_cnt
             if r == 0:
-                remove(block)
+                block.free_run = None       # FreeBlockQueue.remove, for a whole context
+                taken += 1
             elif r == block.entry_refs:     # held by entries alone until now
-                self.entry_only -= 1
+                entry_only += 1
             block.ref_cnt = r + 1
+        self.free_queue.num_free -= taken
+        self.entry_only -= entry_only
 
     def pin(self, blocks: Iterable[KVBlock]) -> None:
         """A retained entry takes over one reference of each block (``ref_cnt`` unchanged)."""
         delta = 0
         for block in blocks:
             e = block.entry_refs
+            if not e:                       # the usual case: no entry held it yet
+                block.entry_refs = 1
+                if block.ref_cnt == 1:
+                    delta += 1
+                continue
             r = block.ref_cnt
-            if e and r == e:
+            if r == e:
                 delta -= 1
             e += 1
             block.entry_refs = e
@@ -226,10 +314,13 @@ class BlockPool:
     def free_blocks(self, ordered: Iterable[KVBlock], drop_content: bool = False,
                     pinned: bool = False) -> None:
         """Drop one reference from each block, in the given (eviction) order; ``pinned``:
-        the references are a retained entry's."""
-        queue = self.free_queue
+        the references are a retained entry's. The blocks this frees join the queue's back
+        in that order, or, with ``drop_content``, those that had content its front (the
+        last freed first, as one ``appendleft`` each would place them)."""
         self.free_epoch += 1
         delta = 0
+        back = []
+        front = []
         for block in ordered:
             r = block.ref_cnt - 1
             block.ref_cnt = r
@@ -242,18 +333,32 @@ class BlockPool:
             if r == 0:
                 if drop_content and block.block_hash is not None:
                     self._drop_content(block)
-                    queue.appendleft(block)
+                    front.append(block)
                 else:
-                    queue.append(block)
+                    back.append(block)
         self.entry_only += delta
+        if front:
+            front.reverse()
+            self.free_queue.extendleft(front)
+        self.free_queue.extend(back)
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
-        if block.block_hash is not None or not self.enable_caching:
+        self.cache_blocks(block_hash_pairs=((block, block_hash),))
+
+    def cache_blocks(self, blocks=(), hashes=(), lo: int = 0, hi: int = 0, block_hash_pairs=None) -> None:
+        """Publish ``blocks[b]`` under ``hashes[b]`` for ``lo <= b < hi`` (or each pair of
+        ``block_hash_pairs``); a block that already has content keeps it."""
+        if not self.enable_caching:
             return
-        block.block_hash = block_hash
-        primary = self.cached.setdefault(block_hash, block)
-        if primary is not block:
-            self.copies.setdefault(block_hash, []).append(block)
+        pairs = block_hash_pairs if block_hash_pairs is not None else zip(blocks[lo:hi], hashes[lo:hi])
+        setdefault = self.cached.setdefault
+        for block, block_hash in pairs:
+            if block.block_hash is not None:
+                continue
+            block.block_hash = block_hash
+            primary = setdefault(block_hash, block)
+            if primary is not block:
+                self.copies.setdefault(block_hash, []).append(block)
 
     def _drop_content(self, block: KVBlock) -> None:
         self.drop_epoch += 1

@@ -23,6 +23,7 @@ of holders; ``req_blocks`` and ``entries`` are the only holders; free + held = u
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Callable, Optional
 
 from hooks import Hooks, KVEntryInfo, RetentionDecision, default_eviction_key
@@ -103,13 +104,16 @@ class KVCacheManager:
             hits = list(memo[1])
         else:
             hits = []
-        hashes = req.stream.block_hashes(n)
-        get = pool.cached.get
-        for b in range(len(hits), n):
-            block = get(hashes[b])
-            if block is None:
-                break
-            hits.append(block)
+        k = len(hits)
+        if k < n:
+            # the lookups run in C; a prompt's cached part is a prefix, and what follows the
+            # first miss is looked up for nothing only until that miss is found
+            found = list(map(pool.cached.get, islice(req.stream.block_hashes(n), k, n)))
+            try:
+                found = found[:found.index(None)]
+            except ValueError:
+                pass
+            hits.extend(found)
         req.hit_memo = (pool.drop_epoch, hits)
         return list(hits), len(hits) * self.block_size
 
@@ -188,10 +192,9 @@ class KVCacheManager:
             return
         hashes = req.stream.block_hashes(n)
         blocks = self.req_blocks[rid]
-        cache_block = self.pool.cache_block
-        for b in range(done, min(n, len(blocks))):
-            cache_block(blocks[b], hashes[b])
-        self.num_cached_blocks[rid] = min(n, len(blocks))
+        hi = min(n, len(blocks))
+        self.pool.cache_blocks(blocks, hashes, done, hi)
+        self.num_cached_blocks[rid] = hi
 
     def free(self, req: Request, drop_content: bool = False) -> None:
         """Release a request's blocks, tail first (vLLM frees in reverse order)."""

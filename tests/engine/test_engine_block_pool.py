@@ -16,8 +16,7 @@ def test_free_queue_initialization():
     q = FreeBlockQueue(blocks)
     assert q.num_free == 4
     assert ids(q) == [0, 1, 2, 3]
-    assert blocks[0].prev_free is q.head and q.head.next_free is blocks[0]
-    assert blocks[3].next_free is q.tail and q.tail.prev_free is blocks[3]
+    assert len(q.runs) == 1 and all(b.free_run is q.runs[0] for b in blocks)   # one batch, one run
 
 
 def test_free_queue_operations():
@@ -25,7 +24,7 @@ def test_free_queue_operations():
     q = FreeBlockQueue(blocks)
     assert q.popleft() is blocks[0]
     assert q.num_free == 4 and ids(q) == [1, 2, 3, 4]
-    assert blocks[0].prev_free is None and blocks[0].next_free is None
+    assert blocks[0].free_run is None
     q.remove(blocks[2])                             # from the middle
     assert ids(q) == [1, 3, 4] and q.num_free == 3
     q.append(blocks[0])
@@ -133,21 +132,35 @@ def test_maybe_evict_cached_block_keeps_duplicate_hittable():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["popleft", "append", "appendleft", "remove"]),
-                          st.integers(0, 7)), max_size=60))
-def test_free_queue_matches_a_list_model(ops):
-    """Any sequence of queue operations keeps the linked list equal to a plain list."""
+@given(st.lists(st.tuples(st.sampled_from(["popleft", "popleft_n", "append", "appendleft", "extend",
+                                           "extendleft", "remove"]),
+                          st.lists(st.integers(0, 7), min_size=1, max_size=4)), max_size=80),
+       st.integers(0, 4))
+def test_free_queue_matches_a_list_model(ops, slack):
+    """Any sequence of queue operations, single or batched, keeps the runs equal to a plain
+    list, also when blocks cycle often enough for the runs to be compacted."""
     blocks = [KVBlock(i) for i in range(8)]
     q = FreeBlockQueue(blocks)
+    q.compact_slack = slack
     model = list(range(8))
-    for op, i in ops:
+    for op, picks in ops:
+        i = picks[0]
         if op == "popleft":
             if model:
                 assert q.popleft().block_id == model.pop(0)
+        elif op == "popleft_n":
+            n = min(len(picks), len(model))
+            got = [b.block_id for b in q.popleft_n(n)]
+            assert got == model[:n]
+            del model[:n]
         elif op == "remove":
             if i in model:
                 q.remove(blocks[i])
                 model.remove(i)
+        elif op in ("extend", "extendleft"):
+            batch = [j for j in dict.fromkeys(picks) if j not in model]
+            getattr(q, op)([blocks[j] for j in batch])
+            model = model + batch if op == "extend" else batch + model
         elif i not in model:                       # only free blocks may be (re)inserted
             getattr(q, op)(blocks[i])
             if op == "append":
@@ -155,3 +168,4 @@ def test_free_queue_matches_a_list_model(ops):
             else:
                 model.insert(0, i)
         assert q.block_ids() == model and q.num_free == len(model)
+        assert q._places <= 2 * len(blocks) + slack     # empty places stay O(blocks)
