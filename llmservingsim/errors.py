@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+from contextlib import contextmanager
 from typing import Any, BinaryIO, Iterator, Optional
 
 
@@ -54,6 +55,21 @@ class StuckError(SimError):
 
 class PolicyError(SimError):
     """A user policy raised or returned an invalid decision."""
+
+
+@contextmanager
+def astrasim_errors() -> Iterator[None]:
+    """Run a call into the system simulator: an ``astrasim`` error (astrasim depends on nothing
+    of the engine, so its errors are its own classes) becomes the engine's error of the same
+    name, with the same message, file, line and key, so the engine's catch sites report it as
+    one line and exit 2 like any other bad input."""
+    from astrasim.errors import AstraSimError
+    try:
+        yield
+    except AstraSimError as exc:
+        kind = {"ConfigError": ConfigError, "WorkloadError": WorkloadError,
+                "StuckError": StuckError}.get(type(exc).__name__, SimError)
+        raise kind(exc.message, file=exc.file, line=exc.line, key=exc.key) from None
 
 
 def parse_yaml(text: str, *, file: Optional[str], error: type = ConfigError, problem: str = "invalid YAML"):

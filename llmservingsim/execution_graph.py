@@ -28,6 +28,7 @@ from astrasim.config.network import parse_network
 from astrasim.config.system import parse_system
 from astrasim.network import AnalyticalNetwork
 
+from .errors import astrasim_errors
 from .hardware import HOPS, fit_link_bandwidth_gbs
 from .overhead_model import Regime, regime_for
 from .perf_model import BatchShape, PerformanceModel
@@ -54,8 +55,9 @@ def network_config(device, tp: int, pp: int, busbw_gbs: Optional[float] = None,
 def system_simulator(device, tp: int, pp: int, network: Optional[dict] = None) -> SystemSimulator:
     """The group's simulator on ``network`` (default: :func:`network_config` of the device)."""
     cfg = network if network is not None else network_config(device, tp, pp)
-    net = AnalyticalNetwork(parse_network(cfg, f"{device.path}:network"))
-    system = parse_system(device.system_config(), f"{device.path}:system")
+    with astrasim_errors():
+        net = AnalyticalNetwork(parse_network(cfg, f"{device.path}:network"))
+        system = parse_system(device.system_config(), f"{device.path}:system")
     groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else {}
     return SystemSimulator(net, system, comm_groups=groups)
 
@@ -100,11 +102,12 @@ class GraphCommModel:
         if v is None:
             size = self.activation_bytes(t)
             v = 0
-            if self.tp > 1:
-                ar = self.simulator_for(t).collective_time_ns("all_reduce", size, list(range(self.tp)))
-                v += 2 * self.layers_per_stage * self.pp * ar
-            if self.pp > 1:
-                v += (self.pp - 1) * self.simulator_for(t).network.send_ns(0, self.tp, size)
+            with astrasim_errors():
+                if self.tp > 1:
+                    ar = self.simulator_for(t).collective_time_ns("all_reduce", size, list(range(self.tp)))
+                    v += 2 * self.layers_per_stage * self.pp * ar
+                if self.pp > 1:
+                    v += (self.pp - 1) * self.simulator_for(t).network.send_ns(0, self.tp, size)
             self._memo[t] = v
         return v
 

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from astrasim.errors import AstraSimError
 from llmservingsim.errors import SimError
 
 # name -> (module, help). Modules are imported lazily so `agentservesim run` stays fast.
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     _signals_become_errors()
     try:
         return int(importlib.import_module(args._module).main(args) or 0)
-    except SimError as exc:
+    except (SimError, AstraSimError) as exc:   # the engine maps astrasim's; a missed one still ends here
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:     # Ctrl-C or SIGTERM; the note says what became of outputs

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from .errors import SimError
+from .errors import AstraSimError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,7 +60,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> list[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         lines = run_cli(argv)
-    except SimError as e:
+    except AstraSimError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sys.stdout.write("\n".join(lines) + "\n")

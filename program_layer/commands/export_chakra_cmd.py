@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from astrasim import write_workload
-    from llmservingsim.errors import ConfigError
+    from llmservingsim.errors import ConfigError, astrasim_errors
     from llmservingsim.execution_graph import GraphCommModel, step_graphs
     from llmservingsim.hardware import network_yaml
     from llmservingsim.step_timer import shape_of
@@ -62,7 +62,8 @@ def main(args) -> int:
         (d / "remote_memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
         if groups:
             (d / "comm_group.json").write_text(json.dumps(groups) + "\n")
-        result = comm.simulator_for(shape.num_tokens).run(graphs)
+        with astrasim_errors():
+            result = comm.simulator_for(shape.num_tokens).run(graphs)
         (d / "expected.json").write_text(json.dumps({
             "finish_ns": {str(r): v for r, v in enumerate(result.finish_ns)},
             "exposed_comm_ns": {str(r): v for r, v in enumerate(result.exposed_comm_ns)},

@@ -146,3 +146,16 @@ def test_fitted_regimes_follow_vllms_dispatch_by_message_size():
         assert abs(t - (174_500 + size / 34.97)) < 0.01 * t      # latency + S / busbw
     shape = batch_shape([], [1000] * 4)
     assert comm.exposed_comm_ns(shape) == 160 * expect(small, 4 * 8192 * 2)
+
+
+def test_astrasim_errors_become_the_engines_own():
+    """astrasim has its own error classes; at the engine's boundary each becomes the engine's
+    error of the same name with the same message, so the CLI reports it in one line (exit 2)."""
+    from llmservingsim.errors import ConfigError
+    from llmservingsim.execution_graph import system_simulator
+    dev = load_device("RTXPRO6000")
+    bad = {"topology": ["Switch"], "npus_count": [2], "bandwidth": [-1.0], "latency": [0.0]}
+    with pytest.raises(ConfigError) as e:
+        system_simulator(dev, 2, 1, bad)
+    assert type(e.value).__module__ == "llmservingsim.errors"
+    assert str(e.value) == f"{dev.path}:network, key 'bandwidth': entries must be > 0, got -1.0"
