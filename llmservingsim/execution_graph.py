@@ -52,12 +52,15 @@ def network_config(device, tp: int, pp: int, busbw_gbs: Optional[float] = None,
     return cfg
 
 
-def system_simulator(device, tp: int, pp: int, network: Optional[dict] = None) -> SystemSimulator:
-    """The group's simulator on ``network`` (default: :func:`network_config` of the device)."""
+def system_simulator(device, tp: int, pp: int, network: Optional[dict] = None,
+                     system_config: Optional[dict] = None) -> SystemSimulator:
+    """The group's simulator on ``network`` (default: :func:`network_config` of the device)
+    and ``system_config`` (default: the device's system JSON)."""
     cfg = network if network is not None else network_config(device, tp, pp)
     with astrasim_errors():
         net = AnalyticalNetwork(parse_network(cfg, f"{device.path}:network"))
-        system = parse_system(device.system_config(), f"{device.path}:system")
+        system = parse_system(device.system_config() if system_config is None else system_config,
+                              f"{device.path}:system")
     groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else {}
     return SystemSimulator(net, system, comm_groups=groups)
 
