@@ -39,8 +39,8 @@ from ..config.system import Implementation, SystemConfig
 from ..errors import ConfigError, WorkloadError
 from ..network.base import NetworkBackend
 from .algorithms import plan_phase
-from .direct_sim import direct_phase_finish
-from .phase_time import phase_finish
+from .direct_sim import direct_chunks_finish_links, direct_phase_finish
+from .phase_time import chunks_finish_links, phase_finish
 
 # Upstream times a communicator group's collective on a "local" logical ring whose packets take
 # its fast path, which costs a fixed 10 ns per hand-off whatever the system's endpoint-delay
@@ -209,8 +209,18 @@ class CollectivePlanner:
 
     def _per_rank_chunks(self, impl, kind, members, chunk, chunks, local, starts) -> tuple[int, ...]:
         """Chunks of a one-phase collective whose ring spans every member: each rank starts its
-        next chunk as soon as one of its ``active`` slots is free (per-rank skew is kept)."""
+        next chunk as soon as one of its ``active`` slots is free (per-rank skew is kept). On a
+        congestion-aware backend all chunks are simulated together, sharing links."""
         k = self.system.active_chunks_per_dimension
+        if self.network.congestion_aware:     # concurrent chunks share links: one simulation
+            e = GROUP_ENDPOINT_DELAY_NS if local else self.system.endpoint_delay_ns
+            mem = self.system.local_mem_bw_gbs
+            if impl.algorithm == "direct":
+                msg = chunk if kind == "all-gather" else chunk // len(members)
+                return tuple(direct_chunks_finish_links(kind, members, self.network, msg, impl.window, local,
+                                                        e, mem, starts, chunks, k))
+            plan = plan_phase(impl.algorithm, kind, len(members), chunk, impl.window)
+            return tuple(chunks_finish_links(plan, members, self.network, e, mem, starts, chunks, k))
         slots = [[s] * k for s in starts]
         finish = list(starts)
         for _ in range(chunks):
