@@ -41,6 +41,12 @@ def main(args) -> int:
                           "and upstream ASTRA-Sim refuses a network of 1 NPU (npus_count (1) should be "
                           "larger than 1)", file=cfg.get("_source"), key="parallelism.tp",
                           line=(cfg.get("_lines") or {}).get("parallelism.tp"))
+    backend = (cfg.get("network") or {}).get("backend", "analytical")
+    if backend == "graph":
+        raise ConfigError("export-chakra writes ASTRA-Sim network YAML for upstream's analytical backends; a "
+                          "topology graph has no upstream equivalent (use backend analytical or "
+                          "congestion-aware)", file=cfg.get("_source"), key="network.backend",
+                          line=(cfg.get("_lines") or {}).get("network.backend"))
     sim = build_simulation(cfg, step_mode=True)
     comm = sim.timer.comm or GraphCommModel(sim.model, sim.device, tp, pp)
     shapes = []
@@ -77,7 +83,8 @@ def main(args) -> int:
         if groups:
             (d / "comm_group.json").write_text(json.dumps(groups) + "\n")
         with astrasim_errors():
-            result = system_simulator(sim.device, tp, pp, comm.network_for(shape.num_tokens), system).run(graphs)
+            result = system_simulator(sim.device, tp, pp, comm.network_for(shape.num_tokens), system,
+                                      backend=backend).run(graphs)
         (d / "expected.json").write_text(json.dumps({
             "finish_ns": {str(r): v for r, v in enumerate(result.finish_ns)},
             "exposed_comm_ns": {str(r): v for r, v in enumerate(result.exposed_comm_ns)},
@@ -86,6 +93,9 @@ def main(args) -> int:
     if raised:
         print(f"note: the device's endpoint-delay {sim.device.system_config().get('endpoint-delay')} ns is exported "
               "as 1 ns (upstream ASTRA-Sim aborts on 0); expected.json uses 1 ns")
+    if backend == "congestion-aware":
+        print("note: expected.json is the congestion-aware backend's; replay with upstream's "
+              "AstraSim_Analytical_Congestion_Aware binary")
     print(f"wrote {len(shapes)} step folder(s) to {out}/ (each with the network of its collectives' regime); "
           f"run upstream ASTRA-Sim as: "
           f"--workload-configuration={out}/step00000/step --system-configuration={out}/step00000/system.json "

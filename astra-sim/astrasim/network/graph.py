@@ -50,17 +50,27 @@ class GraphNetwork(NetworkBackend):
 
     congestion_aware = True
 
-    def __init__(self, graph: nx.Graph, name: str = "graph"):
+    def __init__(self, graph: nx.Graph, name: str = "graph", npus=None):
+        """``npus``: the graph GPUs (their ``npu`` numbers) that are this network's NPUs 0..k-1,
+        in that order (default: all of them); the other GPUs and all switches still carry
+        traffic along routes, they just run no collective."""
         self.graph = graph
         self.name = name
         gpus = sorted((d["npu"], v) for v, d in graph.nodes(data=True) if d.get("kind") == "gpu")
+        all_gpus = [v for _, v in gpus]
+        if npus is not None:
+            by_npu = dict(gpus)
+            bad = [x for x in npus if x not in by_npu]
+            if bad or len(set(npus)) != len(npus) or len(npus) < 1:
+                raise ValueError(f"npus {list(npus)} must be distinct GPUs of the graph (0..{len(gpus) - 1})")
+            gpus = [(i, by_npu[x]) for i, x in enumerate(npus)]
         self._gpu = [v for _, v in gpus]
         classes: dict = {}
         for v in graph.nodes:        # insertion order: the file's node list, a generator's order
             d = graph.nodes[v]
             cls = "gpu" if d.get("kind") == "gpu" else ("switch", str(d.get("tier", "")))
             classes.setdefault(cls, []).append(v)
-        classes["gpu"] = self._gpu
+        classes["gpu"] = all_gpus
         self._class_of = {v: (cls, i, len(members)) for cls, members in classes.items()
                           for i, v in enumerate(members)}
         self._links: dict = {}
@@ -104,11 +114,8 @@ class GraphNetwork(NetworkBackend):
         return hit
 
     def _ecmp_key(self, src: int, path) -> tuple:
-        key = []
-        for v in path[1:]:
-            cls, i, size = self._class_of[v]
-            key.append((i - src) % size)
-        return tuple(key)
+        origin = self._class_of[path[0]][1]      # the source GPU's number in the whole graph
+        return tuple((i - origin) % size for _cls, i, size in (self._class_of[v] for v in path[1:]))
 
     def hop_times(self, src: int, dst: int, size: int) -> list[tuple[object, int, int]]:
         out = []
