@@ -47,23 +47,25 @@ class StuckError(AstraSimError):
     """The simulation cannot make progress (a dependency cycle, a receive never sent)."""
 
 
-def parse_yaml(text: str, *, file: Optional[str]):
-    """``yaml.safe_load(text)``; a syntax error becomes one ConfigError naming the file and the
+def parse_yaml(text: str, *, file: Optional[str], error: type = ConfigError, problem: str = "invalid YAML",
+               aliases: bool = False):
+    """``yaml.safe_load(text)``; a syntax error becomes one ``error`` naming the file and the
     line where the parser stopped, as do a value its constructors refuse and nesting too deep
-    for the recursive parser. Aliases (``*name``) are refused: no ASTRA-Sim config needs them
-    and a few aliased lines can expand to billions of values."""
+    for the recursive parser. Unless ``aliases``, aliases (``*name``) are refused: no ASTRA-Sim
+    config needs them and a few aliased lines can expand to billions of values (a caller that
+    allows them must bound their expansion itself, as the engine's reader does)."""
     try:
-        return yaml.load(text, Loader=_NoAliases)
+        return yaml.load(text, Loader=yaml.SafeLoader if aliases else _NoAliases)
     except _AliasFound as exc:
-        raise ConfigError("invalid YAML: aliases are not supported", file=file, line=exc.line) from None
+        raise error(f"{problem}: aliases are not supported", file=file, line=exc.line) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=file,
-                          line=(mark.line + 1) if mark else None) from None
+        raise error(f"{problem}: {getattr(exc, 'problem', exc)}", file=file,
+                    line=(mark.line + 1) if mark else None) from None
     except ValueError as exc:   # a constructor's: "2024-02-30" as a date, an int of 5000 digits
-        raise ConfigError(f"invalid YAML: {exc}", file=file) from None
-    except RecursionError:      # the parser recurses once per nesting level
-        raise ConfigError("invalid YAML: nested too deeply", file=file) from None
+        raise error(f"{problem}: {exc}", file=file) from None
+    except RecursionError:      # the parser recurses once per nesting level: "[[[[..." of any depth
+        raise error(f"{problem}: nested too deeply", file=file) from None
 
 
 class _AliasFound(Exception):

@@ -17,7 +17,6 @@ field (``nodes[3].kind``, ``edges[5].bandwidth``, ``generator``, a parameter nam
 from __future__ import annotations
 
 import inspect
-import json
 import math
 from pathlib import Path
 
@@ -25,7 +24,7 @@ import networkx as nx
 
 from ..errors import ConfigError
 from ..network.generators import GENERATORS
-from ._read import load_yaml
+from ._read import load_json, load_yaml
 
 
 def _number(v, where: str, key: str, *, positive: bool) -> float:
@@ -151,13 +150,5 @@ def load_graph(path) -> nx.Graph:
     """A topology graph from ``path``: node-link JSON (``.json``) or a generator spec (YAML)."""
     p = Path(path)
     if p.suffix.lower() == ".json":
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read file: {e.strerror}", file=str(p)) from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"invalid JSON: {e.msg}", file=str(p), line=e.lineno) from None
-        return parse_graph(data, str(p))
+        return parse_graph(load_json(p), str(p))
     return graph_from_spec(load_yaml(p), str(p))
