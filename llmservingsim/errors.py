@@ -12,28 +12,16 @@ from __future__ import annotations
 import math
 import os
 import stat
+from contextlib import contextmanager
 from typing import Any, BinaryIO, Iterator, Optional
 
+from astrasim.errors import AstraSimError, parse_yaml as _parse_yaml
 
-class SimError(Exception):
-    """A user-facing error. ``where`` is a file path (optionally with line) or a config key."""
 
-    def __init__(self, message: str, *, file: Optional[str] = None, line: Optional[int] = None,
-                 key: Optional[str] = None):
-        self.message = message
-        self.file = file
-        self.line = line
-        self.key = key
-        super().__init__(self.__str__())
-
-    def __str__(self) -> str:
-        where = []
-        if self.file:
-            where.append(f"{self.file}:{self.line}" if self.line else str(self.file))
-        if self.key:
-            where.append(f"key '{self.key}'")
-        prefix = ", ".join(where)
-        return f"{prefix}: {self.message}" if prefix else self.message
+class SimError(AstraSimError):
+    """A user-facing error. ``where`` is a file path (optionally with line) or a config key.
+    Its fields and one-line format are astrasim's (``AstraSimError``), so the engine's errors
+    and the system simulator's read the same."""
 
 
 class ConfigError(SimError):
@@ -56,22 +44,28 @@ class PolicyError(SimError):
     """A user policy raised or returned an invalid decision."""
 
 
+@contextmanager
+def astrasim_errors() -> Iterator[None]:
+    """Run a call into the system simulator: an ``astrasim`` error (astrasim depends on nothing
+    of the engine, so its errors are its own classes) becomes the engine's error of the same
+    name, with the same message, file, line and key, so the engine's catch sites report it as
+    one line and exit 2 like any other bad input."""
+    try:
+        yield
+    except SimError:
+        raise
+    except AstraSimError as exc:
+        kind = {"ConfigError": ConfigError, "WorkloadError": WorkloadError,
+                "StuckError": StuckError}.get(type(exc).__name__, SimError)
+        raise kind(exc.message, file=exc.file, line=exc.line, key=exc.key) from None
+
+
 def parse_yaml(text: str, *, file: Optional[str], error: type = ConfigError, problem: str = "invalid YAML"):
     """``yaml.safe_load(text)``; a syntax error becomes one ``error`` naming the file and the
     line where the parser stopped (the one place YAML errors are turned into user errors), as
     do a value its constructors refuse, nesting too deep for the recursive parser, and aliases
     that form a cycle or expand the document past MAX_YAML_VALUES (see ``_alias_trouble``)."""
-    import yaml
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise error(f"{problem}: {getattr(exc, 'problem', exc)}", file=file,
-                    line=(mark.line + 1) if mark else None) from None
-    except ValueError as exc:   # a constructor's: "2024-02-30" as a date, an int of 5000 digits
-        raise error(f"{problem}: {exc}", file=file) from None
-    except RecursionError:      # the parser recurses once per nesting level: "[[[[..." of any depth
-        raise error(f"{problem}: nested too deeply", file=file) from None
+    data = _parse_yaml(text, file=file, error=error, problem=problem, aliases=True)
     trouble = _alias_trouble(data)
     if trouble:
         raise error(f"{problem}: {trouble}", file=file)

@@ -26,8 +26,9 @@ from typing import Optional
 from astrasim import CollectiveCommType, Node, NodeType, SystemSimulator
 from astrasim.config.network import parse_network
 from astrasim.config.system import parse_system
-from astrasim.network import AnalyticalNetwork
+from astrasim.network import AnalyticalNetwork, CongestionAwareNetwork
 
+from .errors import astrasim_errors
 from .hardware import HOPS, fit_link_bandwidth_gbs
 from .overhead_model import Regime, regime_for
 from .perf_model import BatchShape, PerformanceModel
@@ -51,11 +52,21 @@ def network_config(device, tp: int, pp: int, busbw_gbs: Optional[float] = None,
     return cfg
 
 
-def system_simulator(device, tp: int, pp: int, network: Optional[dict] = None) -> SystemSimulator:
-    """The group's simulator on ``network`` (default: :func:`network_config` of the device)."""
+def system_simulator(device, tp: int, pp: int, network=None,
+                     system_config: Optional[dict] = None, backend: str = "analytical") -> SystemSimulator:
+    """The group's simulator on ``network`` (default: :func:`network_config` of the device)
+    and ``system_config`` (default: the device's system JSON). ``network`` is a network dict
+    timed by ``backend`` ("analytical" or "congestion-aware"), or a ready network backend
+    (a graph network: :func:`llmservingsim.network_choice.graph_network`)."""
     cfg = network if network is not None else network_config(device, tp, pp)
-    net = AnalyticalNetwork(parse_network(cfg, f"{device.path}:network"))
-    system = parse_system(device.system_config(), f"{device.path}:system")
+    with astrasim_errors():
+        if isinstance(cfg, dict):
+            parsed = parse_network(cfg, f"{device.path}:network")
+            net = CongestionAwareNetwork(parsed) if backend == "congestion-aware" else AnalyticalNetwork(parsed)
+        else:
+            net = cfg
+        system = parse_system(device.system_config() if system_config is None else system_config,
+                              f"{device.path}:system")
     groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else {}
     return SystemSimulator(net, system, comm_groups=groups)
 
@@ -68,16 +79,25 @@ class GraphCommModel:
     buffer, NCCL above) when the device has a fitted model for this TP size; otherwise on the
     device network with its measured NCCL bandwidth and fixed per-collective cost."""
 
-    def __init__(self, model, device, tp: int, pp: int, regimes: Optional[tuple] = None):
+    def __init__(self, model, device, tp: int, pp: int, regimes: Optional[tuple] = None, choice=None):
+        """``choice``: the run's ``network`` (``network_choice.NetworkChoice``); None or the
+        analytical backend keeps the device network as described above. "congestion-aware"
+        times the same networks link by link; "graph" times every collective on the chosen
+        topology graph (its links, not the regimes' fitted bandwidths)."""
         self.model = model
         self.tp = tp
         self.pp = pp
+        self.backend = "analytical" if choice is None else choice.backend
         self.regimes = regimes or (Regime(device.collective_latency_ns / 1000.0, device.nccl_allreduce_busbw_gbs),)
-        if regimes:
+        if self.backend == "graph":
+            self.regimes = (Regime(0.0, device.nccl_allreduce_busbw_gbs),)
+            self.networks = [choice.graph_network(tp * pp)]
+        elif regimes:
             self.networks = [network_config(device, tp, pp, r.bandwidth_gbs, r.latency_us * 1000.0) for r in regimes]
         else:       # the device file's network as written, plus its measured fixed cost
             self.networks = [network_config(device, tp, pp, None, device.collective_latency_ns)]
-        self._sims = [system_simulator(device, tp, pp, net) for net in self.networks]
+        backend = "congestion-aware" if self.backend == "congestion-aware" else "analytical"
+        self._sims = [system_simulator(device, tp, pp, net, backend=backend) for net in self.networks]
         self.layers_per_stage = -(-model.num_layers // pp)
         self._memo: dict[int, int] = {}
 
@@ -100,11 +120,26 @@ class GraphCommModel:
         if v is None:
             size = self.activation_bytes(t)
             v = 0
-            if self.tp > 1:
-                ar = self.simulator_for(t).collective_time_ns("all_reduce", size, list(range(self.tp)))
-                v += 2 * self.layers_per_stage * self.pp * ar
-            if self.pp > 1:
-                v += (self.pp - 1) * self.simulator_for(t).network.send_ns(0, self.tp, size)
+            sim = self.simulator_for(t)
+            with astrasim_errors():
+                if not sim.network.congestion_aware:     # every stage's group costs the same
+                    if self.tp > 1:
+                        ar = sim.collective_time_ns("all_reduce", size, list(range(self.tp)))
+                        v += 2 * self.layers_per_stage * self.pp * ar
+                    if self.pp > 1:
+                        v += (self.pp - 1) * sim.network.send_ns(0, self.tp, size)
+                else:
+                    # Link-level networks: a stage's group and a transfer cost what their own
+                    # links give (placement matters). The memo by token count still holds: the
+                    # step is a dependency chain, so one collective or transfer is in flight at
+                    # a time and none shares a link with another.
+                    tp = self.tp
+                    for s in range(self.pp):
+                        if tp > 1:
+                            group = list(range(s * tp, (s + 1) * tp))
+                            v += 2 * self.layers_per_stage * sim.collective_time_ns("all_reduce", size, group)
+                        if s + 1 < self.pp:
+                            v += sim.network.send_ns(s * tp, (s + 1) * tp, size)
             self._memo[t] = v
         return v
 

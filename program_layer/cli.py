@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from llmservingsim.errors import SimError
+from astrasim.errors import AstraSimError
 
 # name -> (module, help). Modules are imported lazily so `agentservesim run` stays fast.
 SUBCOMMANDS = {
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     _signals_become_errors()
     try:
         return int(importlib.import_module(args._module).main(args) or 0)
-    except SimError as exc:
+    except AstraSimError as exc:     # the engine's errors (SimError) and any of astrasim's it did not map
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:     # Ctrl-C or SIGTERM; the note says what became of outputs

@@ -56,6 +56,9 @@ DESCRIPTIONS: dict[str, str] = {
     "seed": "Run seed: the generator's seed when `workload.seed` is not given (nothing else in "
             "a run is random). `agentservesim run --seed N` overrides both.",
     "name": "Free-form label of the run (used by the shipped cells); the simulator does not read it.",
+    "network": "Which backend times the step's collectives: `{backend: analytical | congestion-aware "
+               "| graph, topology: FILE or {generator: NAME, ...}, gpus: [...]}` (absent: analytical on the "
+               "device network; docs/topologies.md).",
     "calibration": "A calibration file written by `agentservesim calibrate` (relative to the "
                    "config): its `calibration.framework` terms replace the device's fitted "
                    "framework overhead. The file's `calibration.applies_to.hardware` must equal "

@@ -78,11 +78,11 @@ class Simulation:
             self.cluster.run()
 
 
-def _comm_model(model, device, tp: int, pp: int, overhead):
+def _comm_model(model, device, tp: int, pp: int, overhead, choice=None):
     if tp == 1 and pp == 1:
         return None
     from llmservingsim.execution_graph import GraphCommModel
-    return GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp))
+    return GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice)
 
 
 def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
@@ -137,7 +137,12 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         overhead = load_calibration(base / cfg["calibration"], cfg, overhead)
     if framework is not None:
         overhead = replace(overhead, framework=framework)
-    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead), overhead.framework)
+    choice = None
+    if cfg.get("network") is not None:
+        from llmservingsim.network_choice import network_choice
+        choice = network_choice(cfg["network"], base=base, ranks=tp * pp, source=config.get("_source"),
+                                lines=config.get("_lines"))
+    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead, choice), overhead.framework)
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":
@@ -280,6 +285,9 @@ def resolved_config(sim: Simulation) -> dict:
     for key in ("calibration", "profiles"):
         if cfg.get(key):
             cfg[key] = absolute(cfg[key])
+    topology = (cfg.get("network") or {}).get("topology")
+    if isinstance(topology, str):
+        cfg["network"]["topology"] = absolute(topology)
     for key in ("hardware", "model"):        # the paths _build resolved, made absolute
         if config_ref(key, cfg[key], base) != cfg[key]:
             cfg[key] = absolute(cfg[key])

@@ -15,22 +15,27 @@ from .chakra import (Attr, CollectiveCommType, GlobalMetadata, IOInfo, Node, Nod
                      read_workload, write_et, write_workload)
 from .config import (RemoteMemoryConfig, SystemConfig, load_comm_groups, load_network_config,
                      load_remote_memory, load_system)
-from .network import AnalyticalNetwork, CongestionAwareNetwork, NetworkBackend, analytical_network_from_link
+from .network import (AnalyticalNetwork, CongestionAwareNetwork, GraphNetwork, NetworkBackend,
+                      analytical_network_from_link)
 from .system import RunResult, SystemSimulator
 
 
 def load_network(path, backend: str = "analytical"):
-    """Read a network YAML and build a backend: "analytical" (congestion-unaware, any number of
-    dimensions) or "congestion_aware" (one dimension, FIFO links)."""
+    """Read a network file and build a backend: "analytical" (congestion-unaware, any number of
+    dimensions) or "congestion_aware" (one dimension, FIFO links) from a network YAML; "graph"
+    (FIFO links over a topology graph) from node-link JSON or a generator spec YAML."""
+    if backend == "graph":
+        from .config.graph import load_graph
+        return GraphNetwork(load_graph(path), str(path))
     cfg = load_network_config(path)
     if backend == "congestion_aware":
         return CongestionAwareNetwork(cfg)
     if backend != "analytical":
-        raise ValueError(f"unknown network backend {backend!r} (analytical, congestion_aware)")
+        raise ValueError(f"unknown network backend {backend!r} (analytical, congestion_aware, graph)")
     return AnalyticalNetwork(cfg)
 
 
-__all__ = ["AnalyticalNetwork", "Attr", "CongestionAwareNetwork", "CollectiveCommType", "GlobalMetadata", "IOInfo",
+__all__ = ["AnalyticalNetwork", "Attr", "CongestionAwareNetwork", "GraphNetwork", "CollectiveCommType", "GlobalMetadata", "IOInfo",
            "NetworkBackend", "Node", "NodeType", "RemoteMemoryConfig", "RunResult", "SystemConfig",
            "SystemSimulator", "analytical_network_from_link", "load_comm_groups", "load_network",
            "load_network_config", "load_remote_memory", "load_system", "read_et", "read_workload",

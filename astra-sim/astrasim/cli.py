@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from .errors import SimError
+from .errors import AstraSimError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,8 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--remote-memory-configuration", required=True, help="remote-memory JSON")
     p.add_argument("--comm-group-configuration", default=None, help="comm-group JSON (optional)")
     p.add_argument("--logging-folder", default=None, help="folder for log.log (optional)")
-    p.add_argument("--network-backend", default="analytical", choices=("analytical", "congestion_aware"),
-                   help="astrasim extension: congestion-unaware (default) or congestion-aware (1-D)")
+    p.add_argument("--network-backend", default="analytical", choices=("analytical", "congestion_aware", "graph"),
+                   help="astrasim extension: congestion-unaware (default), congestion-aware (1-D), or graph "
+                        "(--network-configuration is then node-link JSON or a generator spec YAML)")
     # accepted for compatibility with upstream command lines; no effect here
     for flag in ("--logging-configuration", "--num-queues-per-dim", "--comm-scale",
                  "--injection-scale", "--rendezvous-protocol"):
@@ -60,7 +61,7 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> list[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         lines = run_cli(argv)
-    except SimError as e:
+    except AstraSimError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     sys.stdout.write("\n".join(lines) + "\n")

@@ -3,6 +3,8 @@
     ASTRASIM_UPSTREAM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware \
     ASTRASIM_UPSTREAM_BIN_AWARE=/path/to/AstraSim_Analytical_Congestion_Aware \
         python astra-sim/tools/record_upstream.py tests/astrasim/golden/upstream_cases.json
+    ASTRASIM_UPSTREAM_BIN_AWARE=/path/to/AstraSim_Analytical_Congestion_Aware \
+        python astra-sim/tools/record_upstream.py --aware-random tests/astrasim/golden/upstream_aware_random.json
 
 Each case stores the network YAML keys, the system JSON, optional comm groups and remote
 memory, the per-rank nodes (explicitly, as plain dicts) and the binary's report lines, so
@@ -156,15 +158,65 @@ def aware_cases():
         yield (f"aware random dag {seed}", one_d("Switch", 4), system(["ring"], splits=2), None, random_dag(seed, 4))
 
 
+def aware_random_cases(count: int = 240, seed: int = 14):
+    """Random single-collective cases for the congestion-aware binary: Ring (n >= 3; upstream
+    crashes on a 2-NPU ring), Switch and FullyConnected with 2..12 NPUs (powers of two for
+    halvingDoubling), the four collectives, ring / direct / windowed direct / halvingDoubling, 1..4 active
+    chunks, 1..8 splits, link latency 0..3000 ns, endpoint delay 1..100 ns, and communicator
+    groups (shuffled members). Concurrent chunks share links, so active chunks > 1 exercise
+    the congestion model. Left out, because astrasim does not model it: two groups'
+    collectives at once on a Ring, whose messages would share links (astrasim times each
+    collective on its own; on Switch and FullyConnected disjoint groups share no link)."""
+    rng = random.Random(seed)
+    made = 0
+    while made < count:
+        topo = rng.choice(["Ring", "Switch", "FullyConnected"])
+        kind = rng.choice(list(CT))
+        algo = rng.choice(["ring", "ring", "direct", "direct", "halvingDoubling"])
+        if algo == "direct" and rng.random() < 0.4:
+            algo = f"direct{rng.randint(1, 4)}"
+        if algo == "halvingDoubling" and kind == "all-to-all":
+            algo = "direct"
+        if algo == "halvingDoubling":
+            n = rng.choice([4, 8] if topo == "Ring" else [2, 4, 8])
+        else:
+            n = rng.randint(3 if topo == "Ring" else 2, 12)
+        active, splits = rng.randint(1, 4), rng.randint(1, 8)
+        size = rng.choice([rng.randint(1 << 12, 1 << 18), rng.randint(1 << 18, 1 << 23)])
+        net = {"topology": [topo], "npus_count": [n], "bandwidth": [round(rng.uniform(10, 400), 1)],
+               "latency": [rng.choice([0, rng.randint(1, 3000)])]}
+        delay = rng.choice([1, 10, 10, 100])
+        sysj = system([algo], splits=splits, active=active, **{"endpoint-delay": delay})
+        groups, wl = None, [[coll(kind, size)] for _ in range(n)]
+        if n >= 4 and algo == "ring" and rng.random() < 0.3:      # two groups, members shuffled
+            members = list(range(n))
+            rng.shuffle(members)
+            groups = {"1": sorted(members[:n // 2]) if rng.random() < 0.5 else members[:n // 2],
+                      "2": members[n // 2:]}
+            idle = Node.make(0, N.COMP_NODE, duration_micros=1, is_cpu_op=False)
+            wl = [[coll(kind, size, pg_name="1")] if r in groups["1"] else
+                  [idle] if topo == "Ring" else [coll(kind, size, pg_name="2")] for r in range(n)]
+        made += 1
+        yield (f"aware random {made}: {algo} {kind} {topo} n={n} active={active} splits={splits} size={size}"
+               + (" groups" if groups else ""), net, sysj, groups, wl)
+
+
 def main(out_path: str) -> None:
+    """Without flags: the mixed set of both binaries. ``--aware-random``: only
+    :func:`aware_random_cases` from ``ASTRASIM_UPSTREAM_BIN_AWARE``."""
     records = []
-    runs = [(os.environ["ASTRASIM_UPSTREAM_BIN"], "analytical", cases())]
-    if os.environ.get("ASTRASIM_UPSTREAM_BIN_AWARE"):
-        runs.append((os.environ["ASTRASIM_UPSTREAM_BIN_AWARE"], "congestion_aware", aware_cases()))
+    if "--aware-random" in sys.argv:
+        runs = [(os.environ["ASTRASIM_UPSTREAM_BIN_AWARE"], "congestion_aware", aware_random_cases())]
+        source = "ASTRA-Sim analytical congestion-aware binary, astra-sim @518bd51, random cases"
+    else:
+        runs = [(os.environ["ASTRASIM_UPSTREAM_BIN"], "analytical", cases())]
+        if os.environ.get("ASTRASIM_UPSTREAM_BIN_AWARE"):
+            runs.append((os.environ["ASTRASIM_UPSTREAM_BIN_AWARE"], "congestion_aware", aware_cases()))
+        source = "ASTRA-Sim analytical binaries (congestion unaware/aware), astra-sim @518bd51"
     for binary, backend, case_list in runs:
         records += record(binary, backend, case_list)
     with open(out_path, "w") as f:  # one case per line keeps diffs readable
-        f.write('{"source": "ASTRA-Sim analytical binaries (congestion unaware/aware), astra-sim @518bd51",\n"cases": [\n')
+        f.write(json.dumps({"source": source})[:-1] + ',\n"cases": [\n')
         f.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
         f.write("\n]}\n")
     print(f"recorded {len(records)} cases into {out_path}")
@@ -201,4 +253,4 @@ def record(binary: str, backend: str, case_list) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(next(a for a in sys.argv[1:] if not a.startswith("--")))

@@ -4,6 +4,12 @@ For the first N engine steps of instance 0, a folder per step with the per-rank
 ``step.<rank>.et`` graphs, ``system.json``, ``network.yml``, ``remote_memory.json``,
 ``comm_group.json`` (when TP/PP groups are used) and ``expected.json`` (our per-rank finish
 times in ns), so upstream ASTRA-Sim can run the same graphs with its usual flags.
+
+Invariant: every export replays on upstream ASTRA-Sim and ``expected.json`` is what astrasim
+computes from exactly the files written next to it. Hence: a single GPU (tp = pp = 1) is
+refused (upstream needs at least 2 NPUs, and there is no communication to simulate); an
+``endpoint-delay`` below 1 ns is exported as 1 ns (upstream aborts on a zero delay: it would
+schedule an event at the current time), and ``expected.json`` is computed with that value.
 """
 from __future__ import annotations
 
@@ -19,8 +25,8 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from astrasim import write_workload
-    from llmservingsim.errors import ConfigError
-    from llmservingsim.execution_graph import GraphCommModel, step_graphs
+    from llmservingsim.errors import ConfigError, astrasim_errors
+    from llmservingsim.execution_graph import GraphCommModel, step_graphs, system_simulator
     from llmservingsim.hardware import network_yaml
     from llmservingsim.step_timer import shape_of
     from program_layer.config import load_config
@@ -29,8 +35,19 @@ def main(args) -> int:
     if args.steps < 1:
         raise ConfigError("must be >= 1", key="--steps")
     cfg = load_config(args.config)
-    sim = build_simulation(cfg, step_mode=True)
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
+    if tp * pp < 2:
+        raise ConfigError("export-chakra needs tp x pp >= 2: one GPU has no communication to simulate, "
+                          "and upstream ASTRA-Sim refuses a network of 1 NPU (npus_count (1) should be "
+                          "larger than 1)", file=cfg.get("_source"), key="parallelism.tp",
+                          line=(cfg.get("_lines") or {}).get("parallelism.tp"))
+    backend = (cfg.get("network") or {}).get("backend", "analytical")
+    if backend == "graph":
+        raise ConfigError("export-chakra writes ASTRA-Sim network YAML for upstream's analytical backends; a "
+                          "topology graph has no upstream equivalent (use backend analytical or "
+                          "congestion-aware)", file=cfg.get("_source"), key="network.backend",
+                          line=(cfg.get("_lines") or {}).get("network.backend"))
+    sim = build_simulation(cfg, step_mode=True)
     comm = sim.timer.comm or GraphCommModel(sim.model, sim.device, tp, pp)
     shapes = []
     inst0 = sim.cluster.instances[0]
@@ -51,6 +68,9 @@ def main(args) -> int:
         pass
     out = Path(args.out)
     system = sim.device.system_config()
+    raised = system.get("endpoint-delay", 10) < 1
+    if raised:
+        system["endpoint-delay"] = 1
     groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else None
     for k, shape in enumerate(shapes):
         d = out / f"step{k:05d}"
@@ -62,12 +82,20 @@ def main(args) -> int:
         (d / "remote_memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
         if groups:
             (d / "comm_group.json").write_text(json.dumps(groups) + "\n")
-        result = comm.simulator_for(shape.num_tokens).run(graphs)
+        with astrasim_errors():
+            result = system_simulator(sim.device, tp, pp, comm.network_for(shape.num_tokens), system,
+                                      backend=backend).run(graphs)
         (d / "expected.json").write_text(json.dumps({
             "finish_ns": {str(r): v for r, v in enumerate(result.finish_ns)},
             "exposed_comm_ns": {str(r): v for r, v in enumerate(result.exposed_comm_ns)},
             "batch": {"prefill_tokens": shape.prefill_tokens, "prefills": shape.num_prefills,
                       "decodes": shape.num_decodes, "tokens": shape.num_tokens}}, indent=2) + "\n")
+    if raised:
+        print(f"note: the device's endpoint-delay {sim.device.system_config().get('endpoint-delay')} ns is exported "
+              "as 1 ns (upstream ASTRA-Sim aborts on 0); expected.json uses 1 ns")
+    if backend == "congestion-aware":
+        print("note: expected.json is the congestion-aware backend's; replay with upstream's "
+              "AstraSim_Analytical_Congestion_Aware binary")
     print(f"wrote {len(shapes)} step folder(s) to {out}/ (each with the network of its collectives' regime); "
           f"run upstream ASTRA-Sim as: "
           f"--workload-configuration={out}/step00000/step --system-configuration={out}/step00000/system.json "

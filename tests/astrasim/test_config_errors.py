@@ -34,6 +34,21 @@ def test_bad_network(tmp_path, text, key):
     assert str(p) in str(e.value) and f"key '{key}'" in str(e.value)
 
 
+def test_network_yaml_alias_is_refused_naming_its_line(tmp_path):
+    p = write(tmp_path, "net.yml", "topology: &t [Ring]\nnpus_count: [4]\nbandwidth: [5]\nlatency: *t\n")
+    with pytest.raises(ConfigError) as e:
+        load_network(p)
+    assert str(e.value) == f"{p}:4: invalid YAML: aliases are not supported"
+
+
+def test_errors_are_astrasims_own(tmp_path):
+    """astrasim's errors are its own classes (nothing of the engine), one hierarchy."""
+    from astrasim.errors import AstraSimError, StuckError, WorkloadError
+    for cls in (ConfigError, StuckError, WorkloadError):
+        assert issubclass(cls, AstraSimError) and cls.__module__ == "astrasim.errors"
+    assert str(ConfigError("bad", file="f.yml", line=3, key="k")) == "f.yml:3, key 'k': bad"
+
+
 def test_network_yaml_syntax_error_names_line(tmp_path):
     p = write(tmp_path, "net.yml", "topology: [Ring\nnpus_count: 4\n")
     with pytest.raises(ConfigError, match=rf"{p}:\d+: invalid YAML"):

@@ -73,3 +73,25 @@ def test_multi_dimensional_is_rejected(tmp_path):
     p.write_text("topology: [Ring, Switch]\nnpus_count: [2, 2]\nbandwidth: [1, 1]\nlatency: [1, 1]\n")
     with pytest.raises(ConfigError, match="one dimension"):
         load_network(p, "congestion_aware")
+
+
+def _ring8(active, splits, algo="ring"):
+    net = CongestionAwareNetwork(parse_network({"topology": ["Ring"], "npus_count": [8],
+                                                "bandwidth": [50.0], "latency": [500.0]}))
+    impl = parse_implementation(algo, "t", "k")
+    cfg = SystemConfig(preferred_dataset_splits=splits, local_mem_bw_gbs=MEM, endpoint_delay_ns=E,
+                       active_chunks_per_dimension=active,
+                       implementations={k: (impl,) for k in ("all-reduce", "all-gather",
+                                                             "reduce-scatter", "all-to-all")})
+    return SystemSimulator(net, cfg)
+
+
+def test_concurrent_chunks_share_ring_links_as_upstream():
+    """Issue 14's case: Ring of 8 (50 GB/s, 500 ns), 1 MiB all-gather in 4 chunks, all 4 active.
+    Upstream's congestion-aware binary (astra-sim @518bd51) prints 137,216 cycles; timing each
+    chunk on its own idle ring (the model before issue 14) gave 37,754: the four chunks' messages
+    must queue behind each other on every neighbour link."""
+    assert _ring8(4, 4).collective_time_ns("all-gather", 1 << 20) == 137216
+    # one active chunk: the chunks run one after the other, as before
+    one = _ring8(1, 1).collective_time_ns("all-gather", 1 << 18)
+    assert _ring8(1, 4).collective_time_ns("all-gather", 1 << 20) == 4 * one

@@ -134,3 +134,23 @@ def test_two_dim_algorithms_compose(algo):
     a = chunk_time(algo, "all-reduce", "Ring", 4, S, 100.0, 1000.0, MEM, E)
     b = chunk_time(algo, "all-reduce", "Switch", 2, S, 50.0, 2000.0, MEM, E)
     assert sim.collective_time_ns("all-reduce", S) == a + b
+
+
+@pytest.mark.parametrize("endpoint_delay", [0, 1, 10, 500])
+def test_group_collective_pays_upstreams_fixed_10ns_endpoint_delay(endpoint_delay):
+    """A communicator group smaller than the system runs on upstream's "local" ring, whose
+    hand-offs cost 10 ns whatever ``endpoint-delay`` says; the default group pays the
+    configured delay. 16 MiB ring all-reduce over 2 NPUs behind a switch (100 GB/s, 1000 ns):
+    c = floor(2*1000 + 8 MiB / 107.3741824) = 80125, r = 3*floor(8 MiB / 1600) = 15726."""
+    ring = parse_implementation("ring", "t", "k")
+    cfg = SystemConfig(preferred_dataset_splits=1, local_mem_bw_gbs=MEM, endpoint_delay_ns=endpoint_delay,
+                       implementations={k: (ring,) for k in ("all-reduce", "all-gather",
+                                                             "reduce-scatter", "all-to-all")})
+
+    def net(n):
+        return AnalyticalNetwork(parse_network({"topology": ["Switch"], "npus_count": [n],
+                                                "bandwidth": [100.0], "latency": [1000.0]}))
+    group = SystemSimulator(net(4), cfg, {"1": [0, 1], "2": [2, 3]})
+    assert group.collective_time_ns("all-reduce", 16 << 20, [0, 1]) == 2 * 80125 + 15726 + 3 * 10
+    whole = SystemSimulator(net(2), cfg)
+    assert whole.collective_time_ns("all-reduce", 16 << 20) == 2 * 80125 + 15726 + 3 * endpoint_delay

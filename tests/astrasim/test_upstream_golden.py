@@ -1,8 +1,10 @@
 """Replays results recorded from the real ASTRA-Sim binary (astra-sim/tools/record_upstream.py):
 1-D/2-D/3-D networks, ring/direct/halvingDoubling/one*/windowed direct, localBWAware, active
 chunks, communicator groups, random DAGs with CPU ops and skewed collective starts, send/recv
-roofline compute, remote memory; plus cases from the congestion-aware binary. Every per-rank
-line must be identical."""
+roofline compute, remote memory; plus cases from the congestion-aware binary, among them 240
+random ones (``upstream_aware_random.json``: 1..4 active chunks sharing links, the four
+collectives, ring / direct / windowed direct / halvingDoubling, Ring / Switch /
+FullyConnected, communicator groups). Every per-rank line must be identical."""
 from __future__ import annotations
 
 import json
@@ -14,7 +16,9 @@ from astrasim import Attr, Node, NodeType, SystemSimulator
 from astrasim.config import parse_comm_groups, parse_network, parse_remote_memory, parse_system
 from astrasim.network import AnalyticalNetwork, CongestionAwareNetwork
 
-CASES = json.loads((Path(__file__).parent / "golden" / "upstream_cases.json").read_text())["cases"]
+GOLDEN = Path(__file__).parent / "golden"
+CASES = [c for name in ("upstream_cases.json", "upstream_aware_random.json")
+         for c in json.loads((GOLDEN / name).read_text())["cases"]]
 
 
 def nodes_of(rank: list[dict]) -> list[Node]:

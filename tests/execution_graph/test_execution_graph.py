@@ -76,21 +76,35 @@ def test_pipeline_parallel_adds_send_recv():
     assert res.finish_ns[2] > res.finish_ns[0]      # the second stage waits for the first
 
 
-def test_export_chakra_matches_our_cli(tmp_path):
+def _export(tmp_path, model, tp, pp, steps=2):
     cfg = tmp_path / "c.yaml"
     wl = tmp_path / "w.jsonl"
     wl.write_text("\n".join(json.dumps({"input_toks": 300 + 10 * i, "output_toks": 5, "arrival_time_ns": i * 1000})
                             for i in range(3)) + "\n")
-    cfg.write_text(f"model: meta-llama/Llama-3.1-70B\nhardware: RTXPRO6000\nparallelism: {{tp: 2}}\n"
+    cfg.write_text(f"model: {model}\nhardware: RTXPRO6000\nparallelism: {{tp: {tp}, pp: {pp}}}\n"
                    f"workload: {{path: {wl}}}\n")
     out = tmp_path / "chk"
-    subprocess.run([sys.executable, "-m", "program_layer.cli", "export-chakra", str(cfg), "--steps", "3",
-                    "--out", str(out)], check=True, capture_output=True)
+    res = subprocess.run([sys.executable, "-m", "program_layer.cli", "export-chakra", str(cfg), "--steps",
+                          str(steps), "--out", str(out)], capture_output=True, text=True)
+    return cfg, out, res
+
+
+# 70B TP2 has a fitted collective model (residual table); 8B TP2's bundle has none; TP2 x PP2
+# runs its all-reduces in sub-groups (upstream's fixed 10 ns endpoint delay).
+@pytest.mark.parametrize("model,tp,pp", [("meta-llama/Llama-3.1-70B", 2, 1), ("meta-llama/Llama-3.1-8B", 2, 1),
+                                         ("meta-llama/Llama-3.1-70B", 2, 2)])
+def test_export_chakra_matches_our_cli(tmp_path, model, tp, pp):
+    """expected.json is what the exported files give, and they are replayable upstream: no
+    endpoint-delay below 1 ns (the device's 0 is exported as 1, and said so)."""
+    _, out, res = _export(tmp_path, model, tp, pp)
+    assert res.returncode == 0, res.stderr
+    assert "exported as 1 ns" in res.stdout
     steps = sorted(out.iterdir())
-    assert len(steps) == 3
+    assert len(steps) == 2
     for d in steps:
         expected = json.loads((d / "expected.json").read_text())
-        assert len(read_workload(str(d / "step"))) == 2
+        assert json.loads((d / "system.json").read_text())["endpoint-delay"] == 1
+        assert len(read_workload(str(d / "step"))) == tp * pp
         res = subprocess.run([sys.executable, "-m", "astrasim", f"--workload-configuration={d}/step",
                               f"--system-configuration={d}/system.json",
                               f"--network-configuration={d}/network.yml",
@@ -99,7 +113,16 @@ def test_export_chakra_matches_our_cli(tmp_path):
                              check=True, capture_output=True, text=True)
         lines = res.stdout.strip().splitlines()
         assert lines == [f"sys[{r}] finished, {expected['finish_ns'][str(r)]} cycles, exposed communication "
-                         f"{expected['exposed_comm_ns'][str(r)]} cycles." for r in range(2)]
+                         f"{expected['exposed_comm_ns'][str(r)]} cycles." for r in range(tp * pp)]
+
+
+def test_export_chakra_refuses_one_gpu(tmp_path):
+    """Upstream cannot replay a 1-NPU network: one clear error naming the key, exit 2."""
+    cfg, out, res = _export(tmp_path, "meta-llama/Llama-3.1-8B", 1, 1)
+    assert res.returncode == 2 and not out.exists()
+    assert res.stderr.strip().splitlines() == [
+        f"error: {cfg}:3, key 'parallelism.tp': export-chakra needs tp x pp >= 2: one GPU has no communication "
+        "to simulate, and upstream ASTRA-Sim refuses a network of 1 NPU (npus_count (1) should be larger than 1)"]
 
 
 def test_70b_tp2_runs_on_both_platforms(tmp_path):
@@ -146,3 +169,16 @@ def test_fitted_regimes_follow_vllms_dispatch_by_message_size():
         assert abs(t - (174_500 + size / 34.97)) < 0.01 * t      # latency + S / busbw
     shape = batch_shape([], [1000] * 4)
     assert comm.exposed_comm_ns(shape) == 160 * expect(small, 4 * 8192 * 2)
+
+
+def test_astrasim_errors_become_the_engines_own():
+    """astrasim has its own error classes; at the engine's boundary each becomes the engine's
+    error of the same name with the same message, so the CLI reports it in one line (exit 2)."""
+    from llmservingsim.errors import ConfigError
+    from llmservingsim.execution_graph import system_simulator
+    dev = load_device("RTXPRO6000")
+    bad = {"topology": ["Switch"], "npus_count": [2], "bandwidth": [-1.0], "latency": [0.0]}
+    with pytest.raises(ConfigError) as e:
+        system_simulator(dev, 2, 1, bad)
+    assert type(e.value).__module__ == "llmservingsim.errors"
+    assert str(e.value) == f"{dev.path}:network, key 'bandwidth': entries must be > 0, got -1.0"

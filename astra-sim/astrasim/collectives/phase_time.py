@@ -78,16 +78,34 @@ def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
     return max(phase_finish(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs), default=0)
 
 
-def phase_finish_links(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
-                       endpoint_delay_ns: int, local_mem_bw_gbs: float, starts: Sequence[int]) -> list[int]:
-    """Event-driven version of :func:`phase_finish` with per-link FIFO queueing."""
+def chunks_finish_links(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
+                        endpoint_delay_ns: int, local_mem_bw_gbs: float, starts: Sequence[int],
+                        chunks: int = 1, active: int = 1) -> list[int]:
+    """Per-member finish times of ``chunks`` chunks, each running ``plan``, on a backend whose
+    links are shared (``network.hop_times``): one event simulation for all of them.
+
+    Every member works on at most ``active`` chunks at once (upstream's
+    active-chunks-per-dimension): it starts chunks 0..active-1 at its start time, and the next
+    chunk whenever one of its chunks has finished there. A chunk runs the per-rank step logic of
+    :func:`phase_finish` (pay E, send, wait for the step's messages, pay E + reduction), but
+    every message is stored and forwarded link by link, and a link serves one message at a time
+    in the order messages reach it, whatever chunk they belong to: concurrent chunks slow each
+    other down where they share links. Events at equal times run in the order they were
+    scheduled (upstream's event lists do the same), so the result is deterministic.
+    """
     n, steps, e = len(members), plan.steps, endpoint_delay_ns
+    if n <= 1 or not steps or chunks <= 0:
+        return list(starts)
+    nsteps = len(steps)
     tails = [e + (reduction_ns(s.reduce_bytes, local_mem_bw_gbs) if s.reduce_bytes else 0) for s in steps]
-    got = [[0] * len(steps) for _ in range(n)]
-    last = [[0] * len(steps) for _ in range(n)]
-    injected: list[list] = [[None] * len(steps) for _ in range(n)]
-    finish = [0] * n
+    # per (member, chunk, step): messages received, last arrival, injection time
+    got: dict = {}
+    last: dict = {}
+    injected: dict = {}
+    finish = list(starts)
+    next_chunk = [0] * n
     link_free: dict = {}
+    hop_cache: dict = {}
     events: list = []
     seq = 0
 
@@ -96,41 +114,59 @@ def phase_finish_links(plan: PhasePlan, members: Sequence[int], network: Network
         heapq.heappush(events, (t, seq) + item)
         seq += 1
 
-    def maybe_done(i, k):
-        start = injected[i][k]
-        if start is None or got[i][k] < len(steps[k].offsets):
+    def start_chunk(i, t):
+        c = next_chunk[i]
+        if c < chunks:
+            next_chunk[i] = c + 1
+            push(t + e, 0, i, c, 0)
+
+    def maybe_done(i, c, k):
+        key = (i, c, k)
+        start = injected.get(key)
+        if start is None or got.get(key, 0) < len(steps[k].offsets):
             return
-        done = max(start, last[i][k]) + tails[k]
-        if k + 1 < len(steps):
-            push(done, "inject", i, k + 1)
+        done = max(start, last.get(key, 0)) + tails[k]
+        if k + 1 < nsteps:
+            push(done, 0, i, c, k + 1)
         else:
-            finish[i] = done
+            finish[i] = max(finish[i], done)
+            start_chunk(i, done)
 
     for i in range(n):
-        push(starts[i] + e, "inject", i, 0)
+        for _ in range(min(active, chunks)):
+            start_chunk(i, starts[i])
     while events:
-        t, _, kind, *rest = heapq.heappop(events)
-        if kind == "inject":
-            i, k = rest
-            injected[i][k] = t
+        t, _, kind, a, c, k, *rest = heapq.heappop(events)
+        if kind == 0:            # member a injects step k of chunk c
+            injected[(a, c, k)] = t
             step = steps[k]
             for off in step.offsets:
-                j = (i ^ off) if step.xor else (i + off) % n
-                push(t, "hop", j, k, network.hop_times(members[i], members[j], step.size), 0)
-            maybe_done(i, k)
-        elif kind == "hop":
-            j, k, hops, h = rest
+                j = (a ^ off) if step.xor else (a + off) % n
+                hk = (a, j, step.size)
+                hops = hop_cache.get(hk)
+                if hops is None:
+                    hops = hop_cache[hk] = network.hop_times(members[a], members[j], step.size)
+                push(t, 1, j, c, k, hops, 0)
+            maybe_done(a, c, k)
+        elif kind == 1:          # a message for member a reaches link h of its path
+            hops, h = rest
             link, busy, transit = hops[h]
-            start = max(t, link_free.get(link, 0))
-            link_free[link] = start + busy
+            begin = max(t, link_free.get(link, 0))
+            link_free[link] = begin + busy
             if h + 1 < len(hops):
-                push(start + transit, "hop", j, k, hops, h + 1)
+                push(begin + transit, 1, a, c, k, hops, h + 1)
             else:
-                push(start + transit, "arrive", j, k)
-        else:  # arrive
-            j, k = rest
-            got[j][k] += 1
-            last[j][k] = max(last[j][k], t)
-            maybe_done(j, k)
+                push(begin + transit, 2, a, c, k)
+        else:                    # the message is at member a
+            key = (a, c, k)
+            got[key] = got.get(key, 0) + 1
+            if t > last.get(key, 0):
+                last[key] = t
+            maybe_done(a, c, k)
     return finish
 
+
+def phase_finish_links(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
+                       endpoint_delay_ns: int, local_mem_bw_gbs: float, starts: Sequence[int]) -> list[int]:
+    """Event-driven version of :func:`phase_finish` with per-link FIFO queueing (one chunk)."""
+    return chunks_finish_links(plan, members, network, endpoint_delay_ns, local_mem_bw_gbs, starts)

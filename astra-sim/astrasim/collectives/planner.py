@@ -13,7 +13,8 @@ How a collective of ``S`` bytes becomes time (all participating ranks start toge
    all-gather back down. A "one*" implementation on dimension d makes one phase over a single
    logical ring of all N NPUs and ends the list. A communicator group smaller than N runs one
    phase on a logical ring of its members (JSON order), with the configured algorithm when the
-   network has one dimension and ring otherwise (as upstream).
+   network has one dimension and ring otherwise, and an endpoint delay of 10 ns whatever the
+   configured ``endpoint-delay`` (as upstream: GROUP_ENDPOINT_DELAY_NS).
 3. **Pipeline.** Each dimension has one queue that runs ``active-chunks-per-dimension`` chunks at
    once (FIFO); a chunk enters the next dimension's queue when its phase ends. With one
    dimension and one active chunk, chunks simply run back to back: T = chunks * T_chunk.
@@ -38,8 +39,13 @@ from ..config.system import Implementation, SystemConfig
 from ..errors import ConfigError, WorkloadError
 from ..network.base import NetworkBackend
 from .algorithms import plan_phase
-from .direct_sim import direct_phase_finish
-from .phase_time import phase_finish
+from .direct_sim import direct_chunks_finish_links, direct_phase_finish
+from .phase_time import chunks_finish_links, phase_finish
+
+# Upstream times a communicator group's collective on a "local" logical ring whose packets take
+# its fast path, which costs a fixed 10 ns per hand-off whatever the system's endpoint-delay
+# (MemBus, Transmition::Fast); the default group's phases use the configured endpoint-delay.
+GROUP_ENDPOINT_DELAY_NS = 10
 
 _ALIASES = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter", "allgather": "all-gather",
             "alltoall": "all-to-all"}
@@ -164,13 +170,13 @@ class CollectivePlanner:
         if hit is None:
             plan = plan_phase(impl.algorithm, kind, len(members), size, impl.window)
             s = self.system
+            e = GROUP_ENDPOINT_DELAY_NS if local else s.endpoint_delay_ns
             if impl.algorithm == "direct" and not self.network.congestion_aware:
                 msg = size if kind == "all-gather" else size // len(members)
                 fin = direct_phase_finish(kind, members, self.network, msg, impl.window, local,
-                                          s.endpoint_delay_ns, s.local_mem_bw_gbs, starts)
+                                          e, s.local_mem_bw_gbs, starts)
             else:
-                fin = phase_finish(plan, members, self.network, s.endpoint_delay_ns,
-                                   s.local_mem_bw_gbs, starts)
+                fin = phase_finish(plan, members, self.network, e, s.local_mem_bw_gbs, starts)
             hit = (tuple(fin), plan.final_size)
             if not any(starts):
                 self._phase_memo[key] = hit
@@ -203,8 +209,18 @@ class CollectivePlanner:
 
     def _per_rank_chunks(self, impl, kind, members, chunk, chunks, local, starts) -> tuple[int, ...]:
         """Chunks of a one-phase collective whose ring spans every member: each rank starts its
-        next chunk as soon as one of its ``active`` slots is free (per-rank skew is kept)."""
+        next chunk as soon as one of its ``active`` slots is free (per-rank skew is kept). On a
+        congestion-aware backend all chunks are simulated together, sharing links."""
         k = self.system.active_chunks_per_dimension
+        if self.network.congestion_aware:     # concurrent chunks share links: one simulation
+            e = GROUP_ENDPOINT_DELAY_NS if local else self.system.endpoint_delay_ns
+            mem = self.system.local_mem_bw_gbs
+            if impl.algorithm == "direct":
+                msg = chunk if kind == "all-gather" else chunk // len(members)
+                return tuple(direct_chunks_finish_links(kind, members, self.network, msg, impl.window, local,
+                                                        e, mem, starts, chunks, k))
+            plan = plan_phase(impl.algorithm, kind, len(members), chunk, impl.window)
+            return tuple(chunks_finish_links(plan, members, self.network, e, mem, starts, chunks, k))
         slots = [[s] * k for s in starts]
         finish = list(starts)
         for _ in range(chunks):
