@@ -105,33 +105,28 @@ class FreeBlockQueue:
     # ---- adding ------------------------------------------------------------------------
     def extend(self, blocks: list) -> None:
         """Add ``blocks`` at the back, in this order."""
-        if blocks:
-            run = _Run(blocks)
-            for b in blocks:
-                b.free_run = run
-            self.runs.append(run)
-            self._grow(len(blocks))
+        self._add(blocks, self.runs.append)
 
     def extendleft(self, blocks: list) -> None:
         """Add ``blocks`` at the front, in this order (``blocks[0]`` is taken first)."""
+        self._add(blocks, self.runs.appendleft)
+
+    def _add(self, blocks: list, place) -> None:
         if blocks:
             run = _Run(blocks)
             for b in blocks:
                 b.free_run = run
-            self.runs.appendleft(run)
-            self._grow(len(blocks))
+            place(run)
+            self.num_free += len(blocks)
+            self._places += len(blocks)
+            if self._places > 2 * self.num_free + self.compact_slack:
+                self._compact()
 
     def append(self, block: KVBlock) -> None:
         self.extend([block])
 
     def appendleft(self, block: KVBlock) -> None:
         self.extendleft([block])
-
-    def _grow(self, n: int) -> None:
-        self.num_free += n
-        self._places += n
-        if self._places > 2 * self.num_free + self.compact_slack:
-            self._compact()
 
     # ---- taking ------------------------------------------------------------------------
     def remove(self, block: KVBlock) -> None:
