@@ -29,7 +29,8 @@ SUBCOMMANDS = {
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """All subcommands; ``only`` imports just that one's module (the others stay listed)."""
+    """All subcommands; ``only`` imports just that one's module (the others stay listed; ""
+    imports none, None all)."""
     parser = argparse.ArgumentParser(prog="agentservesim", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
@@ -51,7 +52,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         argv = ["run"]
-    parser = build_parser(argv[0] if argv[0] in SUBCOMMANDS else None)
+    # only the chosen subcommand's module is imported; `agentservesim --help` needs none
+    parser = build_parser(argv[0] if argv[0] in SUBCOMMANDS else "")
     args = parser.parse_args(argv)
     if getattr(args, "_missing", None):
         print(f"agentservesim {args.command}: not available ({args._missing})", file=sys.stderr)

@@ -11,22 +11,41 @@ Quick use::
 Layers: ``chakra`` (traces) -> ``system`` (per-rank scheduling, collective matching) ->
 ``collectives`` (algorithms, chunking, pipeline) -> ``network`` (analytical backend).
 """
-from .chakra import (Attr, CollectiveCommType, GlobalMetadata, IOInfo, Node, NodeType, read_et,
-                     read_workload, write_et, write_workload)
-from .config import (RemoteMemoryConfig, SystemConfig, load_comm_groups, load_network_config,
-                     load_remote_memory, load_system)
-from .network import (AnalyticalNetwork, CongestionAwareNetwork, GraphNetwork, NetworkBackend,
-                      analytical_network_from_link)
-from .system import RunResult, SystemSimulator
+import importlib
+
+# name -> submodule: the package's API is loaded on first use (PEP 562), so importing
+# ``astrasim.errors`` (every engine error is one) costs no protobuf, YAML or networkx
+_LAZY = {
+    **dict.fromkeys(("Attr", "CollectiveCommType", "GlobalMetadata", "IOInfo", "Node", "NodeType", "read_et",
+                     "read_workload", "write_et", "write_workload"), ".chakra"),
+    **dict.fromkeys(("RemoteMemoryConfig", "SystemConfig", "load_comm_groups", "load_network_config",
+                     "load_remote_memory", "load_system"), ".config"),
+    **dict.fromkeys(("AnalyticalNetwork", "CongestionAwareNetwork", "NetworkBackend",
+                     "analytical_network_from_link"), ".network"),
+    "GraphNetwork": ".network.graph",
+    **dict.fromkeys(("RunResult", "SystemSimulator"), ".system"),
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 
 def load_network(path, backend: str = "analytical"):
     """Read a network file and build a backend: "analytical" (congestion-unaware, any number of
     dimensions) or "congestion_aware" (one dimension, FIFO links) from a network YAML; "graph"
     (FIFO links over a topology graph) from node-link JSON or a generator spec YAML."""
+    from .network import AnalyticalNetwork, CongestionAwareNetwork
     if backend == "graph":
         from .config.graph import load_graph
+        from .network.graph import GraphNetwork
         return GraphNetwork(load_graph(path), str(path))
+    from .config import load_network_config
     cfg = load_network_config(path)
     if backend == "congestion_aware":
         return CongestionAwareNetwork(cfg)
@@ -40,3 +59,4 @@ __all__ = ["AnalyticalNetwork", "Attr", "CongestionAwareNetwork", "GraphNetwork"
            "SystemSimulator", "analytical_network_from_link", "load_comm_groups", "load_network",
            "load_network_config", "load_remote_memory", "load_system", "read_et", "read_workload",
            "write_et", "write_workload"]
+
