@@ -91,7 +91,11 @@ def _read_plain_csv(path: Path, required: tuple[str, ...], text: tuple[str, ...]
         data = read_text(path, error=ProfileError, what="profile table")
     except ProfileError:
         return None
-    if '"' in data or "\r" in data:
+    if "\r" in data:           # the profiler writes CRLF (csv's default); a lone CR is not plain
+        if data.count("\r") != data.count("\r\n"):
+            return None
+        data = data.replace("\r\n", "\n")
+    if '"' in data:
         return None
     lines = data.split("\n")
     if lines and lines[-1] == "":
