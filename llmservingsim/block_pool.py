@@ -57,10 +57,11 @@ class _Run:
 
 
 class _FreshRun:
-    """Never-used blocks ``lo .. hi - 1`` in id order, each created by ``make(id)`` when taken."""
+    """Never-used blocks ``lo .. hi - 1`` in id order, created by ``make(lo, hi)`` (a list of
+    those blocks) when taken."""
     __slots__ = ("lo", "hi", "make")
 
-    def __init__(self, lo: int, hi: int, make: Callable[[int], KVBlock]):
+    def __init__(self, lo: int, hi: int, make: Callable[[int, int], list]):
         self.lo, self.hi, self.make = lo, hi, make
 
 
@@ -94,8 +95,9 @@ class FreeBlockQueue:
         self.extend(list(blocks))
 
     @classmethod
-    def fresh(cls, n: int, make: Callable[[int], KVBlock]) -> "FreeBlockQueue":
-        """Blocks 0 .. n-1 free in id order, each created by ``make(id)`` when first taken."""
+    def fresh(cls, n: int, make: Callable[[int, int], list]) -> "FreeBlockQueue":
+        """Blocks 0 .. n-1 free in id order, created when first taken: ``make(lo, hi)``
+        returns blocks ``lo .. hi - 1``."""
         q = cls(())
         if n > 0:
             q.runs.append(_FreshRun(0, n, make))
@@ -149,8 +151,7 @@ class FreeBlockQueue:
             run = runs[0]
             if type(run) is _FreshRun:
                 k = min(n - len(out), run.hi - run.lo)
-                make = run.make
-                out.extend(make(i) for i in range(run.lo, run.lo + k))
+                out.extend(run.make(run.lo, run.lo + k))
                 run.lo += k
                 if run.lo == run.hi:
                     runs.popleft()
@@ -210,7 +211,7 @@ class BlockPool:
             raise ValueError("the KV pool needs at least 2 blocks (one is the null block)")
         self.num_blocks = num_blocks
         self._blocks: list[KVBlock] = []            # blocks 0 .. len - 1 exist
-        self.free_queue = FreeBlockQueue.fresh(num_blocks, self._block)
+        self.free_queue = FreeBlockQueue.fresh(num_blocks, self._new_blocks)
         self.cached: dict[int, KVBlock] = {}
         self.copies: dict[int, list[KVBlock]] = {}
         self.enable_caching = enable_caching
@@ -220,17 +221,16 @@ class BlockPool:
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
         self.entry_only = 0     # blocks only retained entries hold (0 < entry_refs == ref_cnt)
 
-    def _block(self, i: int) -> KVBlock:
-        """Block ``i``, created now unless ``blocks`` already did (the queue takes never-used
-        blocks in id order, so ``i`` is the next one to create)."""
+    def _new_blocks(self, lo: int, hi: int) -> list[KVBlock]:
+        """Blocks ``lo .. hi - 1``, created now unless ``blocks`` already did (the queue takes
+        never-used blocks in id order, so ``lo`` is at most the next one to create)."""
         blocks = self._blocks
-        if i < len(blocks):
-            return blocks[i]
-        if i != len(blocks):
-            raise RuntimeError(f"block {i} created out of order ({len(blocks)} exist)")
-        block = KVBlock(i)
-        blocks.append(block)
-        return block
+        n = len(blocks)
+        if lo > n:
+            raise RuntimeError(f"block {lo} created out of order ({n} exist)")
+        if hi > n:
+            blocks.extend(map(KVBlock, range(n, hi)))
+        return blocks[lo:hi]
 
     @property
     def blocks(self) -> list[KVBlock]:

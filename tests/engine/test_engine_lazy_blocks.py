@@ -17,10 +17,11 @@ def test_lazy_free_queue_matches_an_eager_one(n, ops):
     eager = FreeBlockQueue(eager_blocks)
     made: dict[int, KVBlock] = {}
 
-    def make(i):
-        assert i not in made and i == len(made)     # created once, in id order
-        made[i] = KVBlock(i)
-        return made[i]
+    def make(lo, hi):
+        assert lo == len(made) and hi > lo          # created once, in id order
+        for i in range(lo, hi):
+            made[i] = KVBlock(i)
+        return [made[i] for i in range(lo, hi)]
 
     lazy = FreeBlockQueue.fresh(n, make)
     held: list[int] = []          # ids taken out of both queues
