@@ -8,7 +8,7 @@ on a shared machine wall time measures the neighbours), split into build (worklo
 engine), event loop and output writing; simulated seconds per CPU second; engine steps and the
 share fast-forwarded (and of those, with requests waiting); the ratio to the cell's target
 (issue 15: 50-program RTX PRO 6000 70B TP2 SWE-bench cell <= 2.0 s, search cell <= 1.5 s,
-validation cell loop <= 0.2 s) and, unless ``--no-step-mode``, the same cell in step mode
+validation cell loop <= 0.2 s, Azure 5k stream loop <= 1.2 s) and, unless ``--no-step-mode``, the same cell in step mode
 measured in the same run, alternating with the fast-forward runs, and the speed-up.
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ CELLS = {
     "validation": (EX / "validation" / "RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10.yaml", 0.2, "loop"),
     "rtx70b-swebench50": (EX / "cells" / "rtx-70b-tp2-swebench-0.02jps.yaml", 2.0, "total"),
     "search": (EX / "search" / "target_cell.yaml", 1.5, "total"),
+    "azure5k": (Path(__file__).parent / "cells" / "azure-conv-5k.yaml", 1.2, "loop"),
     # decode-heavy and loaded cells (no target; they show fast-forward's effect)
     "b200-8b-swebench": (EX / "cells" / "b200-8b-tp1-swebench-0.02jps.yaml", None, None),
     "rtx70b-bfcl": (EX / "cells" / "rtx-70b-tp2-bfcl-0.02jps.yaml", None, None),
@@ -52,7 +53,7 @@ def run_once(path: Path, step_mode: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cells", default="validation,rtx70b-swebench50,search")
+    ap.add_argument("--cells", default="validation,rtx70b-swebench50,search,azure5k")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-step-mode", action="store_true", help="skip the step-mode comparison")
     args = ap.parse_args()

@@ -83,16 +83,21 @@ class Scheduler:
         out = SchedulerOutput()
         scheduled: dict[int, ScheduledRequest] = {}
         running = self.running
+        last_pos = cfg.max_model_len - 1
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            if req.num_tokens + req.num_placeholders - req.prompt_len >= req.max_tokens:
+            known = req.num_tokens + req.num_placeholders
+            if known - req.prompt_len >= req.max_tokens:
                 i += 1          # its last token is in flight: anticipated finish
                 continue
-            num_new = req.num_tokens + req.num_placeholders - req.num_computed_tokens
+            num_new = known - req.num_computed_tokens
             if 0 < threshold < num_new:
                 num_new = threshold
-            num_new = min(num_new, budget, cfg.max_model_len - 1 - req.num_computed_tokens)
+            if num_new > budget:
+                num_new = budget
+            if num_new > last_pos - req.num_computed_tokens:
+                num_new = last_pos - req.num_computed_tokens
             if num_new <= 0:
                 i += 1
                 continue
