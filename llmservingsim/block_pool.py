@@ -28,6 +28,9 @@ from typing import Callable, Iterable, Optional
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
 COMPACT_SLACK = 1024
+# content drops a pool remembers (BlockPool.dropped_since: a prefix lookup stays valid while
+# none of its blocks was dropped)
+DROP_LOG_LENGTH = 8192
 
 
 class KVBlock:
@@ -204,7 +207,7 @@ class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
     __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
-                 "null_block", "drop_epoch", "free_epoch", "entry_only")
+                 "null_block", "drop_epoch", "free_epoch", "entry_only", "_drop_log", "_drop_log_base")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -218,6 +221,8 @@ class BlockPool:
         self.null_block = self.free_queue.popleft()
         self.null_block.ref_cnt = 1
         self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
+        self._drop_log: list[KVBlock] = []      # the blocks of drops _drop_log_base .. drop_epoch - 1
+        self._drop_log_base = 0
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
         self.entry_only = 0     # blocks only retained entries hold (0 < entry_refs == ref_cnt)
 
@@ -264,7 +269,7 @@ class BlockPool:
             h = block.block_hash
             if h is not None:
                 if cached.get(h) is block and h not in copies:     # _drop_content's usual case
-                    self.drop_epoch += 1
+                    self._log_drop(block)
                     block.block_hash = None
                     del cached[h]
                 else:
@@ -355,8 +360,24 @@ class BlockPool:
             if primary is not block:
                 self.copies.setdefault(block_hash, []).append(block)
 
-    def _drop_content(self, block: KVBlock) -> None:
+    def _log_drop(self, block: KVBlock) -> None:
         self.drop_epoch += 1
+        log = self._drop_log
+        log.append(block)
+        if len(log) > DROP_LOG_LENGTH:          # older lookups simply look again
+            half = len(log) // 2
+            del log[:half]
+            self._drop_log_base += half
+
+    def dropped_since(self, epoch: int) -> Optional[list[KVBlock]]:
+        """The blocks whose content was dropped since ``drop_epoch`` was ``epoch`` (None if
+        that is older than the log keeps)."""
+        if epoch < self._drop_log_base:
+            return None
+        return self._drop_log[epoch - self._drop_log_base:]
+
+    def _drop_content(self, block: KVBlock) -> None:
+        self._log_drop(block)
         h = block.block_hash
         block.block_hash = None
         if self.cached.get(h) is block:

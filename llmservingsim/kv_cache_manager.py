@@ -23,7 +23,6 @@ of holders; ``req_blocks`` and ``entries`` are the only holders; free + held = u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import islice
 from typing import Callable, Optional
 
 from hooks import Hooks, KVEntryInfo, RetentionDecision, default_eviction_key
@@ -95,26 +94,41 @@ class KVCacheManager:
         n = (req.num_tokens - 1) // self.block_size
         if n <= 0:
             return [], 0
-        # A head-of-line request is looked up every step: while no cached content has been
-        # dropped since its last lookup, its earlier hits are still valid and only the blocks
-        # after them need checking.
+        # A head-of-line request is looked up every step: while none of its earlier hits has
+        # lost its content (the only way a hit changes: a hash's primary block changes only
+        # when it is dropped), they are still valid and only the blocks after them need
+        # checking.
         pool = self.pool
         memo = req.hit_memo
-        if memo is not None and memo[0] == pool.drop_epoch and len(memo[1]) <= n:
-            hits = list(memo[1])
-        else:
-            hits = []
-        k = len(hits)
+        hits, held = [], None
+        if memo is not None and len(memo[1]) <= n:
+            epoch, old, old_held = memo
+            if epoch == pool.drop_epoch:
+                hits, held = list(old), old_held
+            else:
+                dropped = pool.dropped_since(epoch)
+                if dropped is not None and old_held.isdisjoint(dropped):
+                    hits, held = list(old), old_held
+        k0 = k = len(hits)
         if k < n:
-            # the lookups run in C; a prompt's cached part is a prefix, and what follows the
-            # first miss is looked up for nothing only until that miss is found
-            found = list(map(pool.cached.get, islice(req.stream.block_hashes(n), k, n)))
-            try:
-                found = found[:found.index(None)]
-            except ValueError:
-                pass
-            hits.extend(found)
-        req.hit_memo = (pool.drop_epoch, hits)
+            # the lookups run in C, a chunk at a time (a prompt's cached part is a prefix:
+            # after the first miss nothing is looked up beyond its chunk)
+            hashes = req.stream.block_hashes(n)
+            get = pool.cached.get
+            chunk = 8
+            while k < n:
+                found = list(map(get, hashes[k:min(n, k + chunk)]))
+                if None in found:
+                    hits.extend(found[:found.index(None)])
+                    break
+                hits.extend(found)
+                k += len(found)
+                chunk *= 4
+        if held is None:
+            held = set(hits)
+        elif len(hits) > k0:
+            held.update(hits[k0:])
+        req.hit_memo = (pool.drop_epoch, hits, held)
         return list(hits), len(hits) * self.block_size
 
     # ---- allocation ----------------------------------------------------------------------
@@ -166,6 +180,7 @@ class KVCacheManager:
         if held is None:
             held = self.req_blocks[req.request_id] = []
             self.num_cached_blocks[req.request_id] = 0
+            req.hit_memo = None         # admitted: its lookups are over until a preemption
         if hits:
             self.pool.touch(hits)
             held.extend(hits)

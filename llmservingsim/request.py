@@ -71,7 +71,7 @@ class Request:
         self.first_token_ns: Optional[int] = None
         self.last_token_ns: Optional[int] = None
         self.finished_ns: Optional[int] = None
-        self.hit_memo = None      # (drop_epoch, hit blocks) of the last prefix lookup (KV manager only)
+        self.hit_memo = None      # (drop_epoch, hit blocks, their set) of the last prefix lookup (KV manager only)
 
     @property
     def num_output_tokens(self) -> int:
