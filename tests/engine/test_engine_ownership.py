@@ -8,6 +8,7 @@ SRC = Path(__file__).resolve().parents[2]
 OWNERS = {
     r"\.ref_cnt\s*[-+]?=(?!=)": {"llmservingsim/block_pool.py"},
     r"\.free_run\s*=(?!=)": {"llmservingsim/block_pool.py"},
+    r"\.(entry_refs|entry_only)\s*[-+]?=(?!=)": {"llmservingsim/block_pool.py"},
     r"\.status\s*=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
     r"\.num_computed_tokens\s*[-+]?=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
     r"\.num_tokens\s*[-+]?=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
