@@ -1,82 +1,196 @@
-"""Derive a TP=k profile bundle from a measured TP=1 bundle (documented, never silent).
+"""Derive a TP=k profile bundle from the nearest measured TP bundle (documented, never silent).
 
-Used where only a TP1 profile exists (the paper's artifact profiled B200 Llama-3.1-70B at
-TP1 only). Under tensor parallelism every rank runs the same layer with attention heads,
-the MLP width and the vocabulary divided by k; the work of those ops divides by k whether
-they are memory-bound (weight / KV bytes / k) or compute-bound (FLOPs / k). Each op keeps
-its fixed launch cost, taken as the smallest time measured for that op:
+Used where no measured tp<k> exists (the paper's artifact profiled B200 Llama-3.1-70B at TP1
+only). Under tensor parallelism every rank runs the same layer with attention heads, the MLP
+and expert widths and the vocabulary divided by k (llmservingsim/op_cost.py states exactly
+what shards). Each measured time is scaled by the ratio of the op-level cost model's
+roofline times at the two TP degrees:
 
-    t_k(x) = t_min + (t_1(x) - t_min) / k          for sharded ops
-    t_k(x) = t_1(x)                                for ops on the full hidden state
-                                                   (layernorm, final_layernorm, embedding
-                                                   lookup, sampler)
+    t_k(x) = t_m(x) * cost_k(x) / cost_m(x),   cost = launch + max(bytes / BW, FLOPs / F)
 
-attention.csv, moe.csv and per_sequence lm_head scale like sharded ops; skew_fit.csv is
-copied. step_overhead.csv is not: a residual (measured wall minus profiled kernels) only
-means something against the kernels and the deployment it was measured with. The output folder gets a PROVENANCE.md
-saying all this. Run: ``python -m llmservingsim.derive_bundle B200 meta-llama/Llama-3.1-70B --tp 2``.
+m is the nearest measured TP (the largest m <= k, else the smallest m > k). BW, F and launch
+are fitted per op class (GEMMs, elementwise, attention, MoE) on the source tp<m> bundle only
+(op_cost.fit_roofline, bounded by the device file's datasheet bandwidth and BF16 peak): the
+derivation uses nothing but the source bundle, the model config and the device file, so the
+same inputs give byte-identical outputs. Ops whose work does not depend on TP (layernorm,
+final_layernorm, embedding, sampler) are copied unchanged. skew_fit.csv is copied;
+step_overhead.csv is not (a residual only means something against the kernels and the
+deployment it was measured with). The output folder gets a PROVENANCE.md saying all this.
+
+Run: ``python -m llmservingsim.derive_bundle B200 meta-llama/Llama-3.1-70B --tp 2``.
 """
 from __future__ import annotations
 
 import argparse
 import csv
 import shutil
+import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
+from .errors import ConfigError, ProfileError, SimError
+from .hardware import load_device
+from .model_config import ModelSpec, load_model
+from .op_cost import (UNSHARDED, Roofline, attention_work, dense_work, fit_roofline, moe_work,
+                      op_class, per_sequence_work, size_weights)
 from .paths import profiles_dir
 
-UNSHARDED = {"layernorm", "final_layernorm", "embedding", "sampler"}
+TABLES = ("dense.csv", "per_sequence.csv", "attention.csv", "moe.csv")
+ATTENTION_AXES = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
 
 
-def _scale_rows(rows, key_layer, k):
-    mins: dict = {}
-    for r in rows:
-        name = r.get(key_layer, "attention")
-        mins[name] = min(mins.get(name, float("inf")), float(r["time_us"]))
-    for r in rows:
-        name = r.get(key_layer, "attention")
-        if name in UNSHARDED:
-            continue
-        t, m = float(r["time_us"]), mins[name]
-        r["time_us"] = f"{m + (t - m) / k:.4f}"
-    return rows
+def measured_tps(base: Path) -> list[int]:
+    """TP degrees of ``base`` (a bundle's variant folder) with a measured bundle: a
+    ``tp<N>`` folder holding dense.csv and no PROVENANCE.md (derived folders carry one)."""
+    out = []
+    for p in base.glob("tp*"):
+        if p.name[2:].isdigit() and (p / "dense.csv").is_file() and not (p / "PROVENANCE.md").exists():
+            out.append(int(p.name[2:]))
+    return sorted(out)
 
 
-def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None) -> Path:
+def nearest_measured(measured: list[int], k: int) -> int:
+    """The TP to derive tp<k> from: the largest measured m <= k (fewer ranks share more of the
+    work, so the scaling only divides), else the smallest m > k."""
+    below = [m for m in measured if m <= k]
+    return max(below) if below else min(measured)
+
+
+def _work(model: ModelSpec, table: str, row: dict, tp: int):
+    """The op's name and its work at this row's size on ``tp`` ranks."""
+    if table == "dense.csv":
+        return row["layer"], dense_work(model, row["layer"], float(row["tokens"]), tp)
+    if table == "per_sequence.csv":
+        return row["layer"], per_sequence_work(model, row["layer"], float(row["sequences"]), tp)
+    if table == "attention.csv":
+        return "attention", attention_work(model, *(float(row[a]) for a in ATTENTION_AXES), tp)
+    return "moe", moe_work(model, float(row["tokens"]), float(row["activated_experts"]), tp)
+
+
+@dataclass
+class _Table:
+    name: str
+    fields: list
+    rows: list
+
+
+def _read(path: Path, model: ModelSpec) -> _Table:
+    """A source table, every row checked against the cost model (an op it does not know, or
+    a time that is not a number > 0, is a ProfileError naming the file and line)."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        fields = list(reader.fieldnames or [])
+    for i, r in enumerate(rows, start=2):
+        try:
+            _work(model, path.name, r, 1)
+            ok = float(r["time_us"]) > 0
+        except KeyError as exc:
+            raise ProfileError(f"the op cost model does not know {exc.args[0]!r} (column or op name)",
+                               file=str(path), line=i) from None
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ProfileError(f"time_us must be a number > 0, got {r.get('time_us')!r}", file=str(path), line=i)
+    return _Table(path.name, fields, rows)
+
+
+def scaled_time(t_m: float, roof: Roofline, work_m, work_k) -> float:
+    """The derivation's one rule: a measured time scaled by the ratio of the roofline times of
+    the op's work at the target and the source TP. Positive whenever ``t_m`` is, and not
+    larger than ``t_m`` when the target's work is not larger (Roofline is monotone)."""
+    return t_m * roof.time_us(work_k) / roof.time_us(work_m)
+
+
+def fit_source(model: ModelSpec, tables: list[_Table], m: int, bandwidth_gbs: float,
+               tflops: float) -> dict[str, Roofline]:
+    """One roofline per op class, fitted on the source tables' rows at TP m (the unsharded
+    embedding and sampler are left out: they are copied, and the sampler is many kernels).
+    Rows are weighted by ``op_cost.size_weights`` per op, so small and large sizes count alike."""
+    groups: dict[str, tuple[list, list, list]] = {}
+    for t in tables:
+        for r in t.rows:
+            op, w = _work(model, t.name, r, m)
+            if op in ("embedding", "sampler"):
+                continue
+            ops, ws, ts = groups.setdefault(op_class(op), ([], [], []))
+            ops.append((op,))
+            ws.append(w)
+            ts.append(float(r["time_us"]))
+    return {c: fit_roofline(ws, ts, bandwidth_gbs, tflops, size_weights(ops, ws))
+            for c, (ops, ws, ts) in sorted(groups.items())}
+
+
+def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None,
+           from_tp: Optional[int] = None) -> Path:
+    """Write ``tp<tp>/`` of (hardware, model, variant) from the nearest measured TP bundle
+    (or ``from_tp``) and return its folder. Never overwrites a measured bundle."""
+    spec = load_model(model)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"--tp must be an integer >= 1, got {tp!r}", key="tp")
+    if spec.num_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
+        raise ConfigError(f"{spec.name} has {spec.num_heads} attention heads and {spec.num_kv_heads} KV "
+                          f"heads; TP={tp} does not divide them (vLLM requires it)", key="tp")
+    device = load_device(hardware)
     base = Path(root or profiles_dir()) / hardware / model / variant
-    src, dst = base / "tp1", base / f"tp{tp}"
+    measured = measured_tps(base)
+    if not measured:
+        raise ProfileError(f"no measured bundle to derive from (expected {base}/tp<N>/dense.csv without a "
+                           f"PROVENANCE.md)", file=str(base))
+    if tp in measured:
+        raise ProfileError(f"tp{tp} is measured; a derived bundle never replaces it", file=str(base / f"tp{tp}"))
+    m = nearest_measured(measured, tp) if from_tp is None else from_tp
+    if m not in measured:
+        raise ProfileError(f"tp{m} is not a measured bundle (measured: {measured})", file=str(base / f"tp{m}"))
+    src, dst = base / f"tp{m}", base / f"tp{tp}"
+    tables = [_read(src / name, spec) for name in TABLES if (src / name).exists()]
+    fits = fit_source(spec, tables, m, device.memory_bandwidth_gbs, device.peak_bf16_tflops)
     dst.mkdir(parents=True, exist_ok=True)
-    for name in ("dense.csv", "per_sequence.csv", "attention.csv", "moe.csv"):
-        if not (src / name).exists():
-            continue
-        with open(src / name, newline="") as f:
-            reader = csv.DictReader(f)
-            fields = reader.fieldnames
-            rows = _scale_rows(list(reader), "layer", tp)
-        with open(dst / name, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
+    for t in tables:
+        with open(dst / t.name, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=t.fields, lineterminator="\n")
             w.writeheader()
-            w.writerows(rows)
-    for name in ("skew_fit.csv",):
-        if (src / name).exists():
-            shutil.copyfile(src / name, dst / name)
+            for r in t.rows:
+                op, w_m = _work(spec, t.name, r, m)
+                if op not in UNSHARDED:
+                    _, w_k = _work(spec, t.name, r, tp)
+                    t_k = scaled_time(float(r["time_us"]), fits[op_class(op)], w_m, w_k)
+                    r = dict(r, time_us=f"{t_k:.4f}")
+                w.writerow(r)
+    if (src / "skew_fit.csv").exists():
+        shutil.copyfile(src / "skew_fit.csv", dst / "skew_fit.csv")
+    fit_lines = "\n".join(
+        f"| {c} | {r.bandwidth_gbs:.1f} | {r.tflops:.1f} | {r.launch_us:.3f} |" for c, r in fits.items())
     (dst / "PROVENANCE.md").write_text(
         f"# DERIVED bundle: {hardware} {model} {variant} tp{tp}\n\n"
-        f"Not measured. Generated from ../tp1 by `python -m llmservingsim.derive_bundle {hardware} {model} "
-        f"--tp {tp}` (see llmservingsim/derive_bundle.py): sharded ops t = t_min + (t_tp1 - t_min) / {tp}; "
-        f"layernorm, final_layernorm, embedding and sampler unchanged; skew_fit.csv copied from tp1; "
-        f"no step_overhead.csv (tp1's residual belongs to tp1's kernels). Replace with a measured tp{tp} bundle when one exists.\n")
+        f"Not measured. Generated from ../tp{m} by `python -m llmservingsim.derive_bundle {hardware} {model} "
+        f"--tp {tp}` (see llmservingsim/derive_bundle.py and llmservingsim/op_cost.py): every sharded op "
+        f"t_tp{tp}(x) = t_tp{m}(x) * cost_tp{tp}(x) / cost_tp{m}(x), cost = launch + max(bytes / BW, FLOPs / F) "
+        f"from the op's bytes and FLOPs per rank under the model config; layernorm, final_layernorm, "
+        f"embedding and sampler unchanged; skew_fit.csv copied from tp{m}; no step_overhead.csv (tp{m}'s "
+        f"residual belongs to tp{m}'s kernels). Replace with a measured tp{tp} bundle when one exists.\n\n"
+        f"Rooflines fitted on the tp{m} tables only (relative least squares, each op's size octaves weighted alike, bounded by {hardware}'s "
+        f"datasheet {device.memory_bandwidth_gbs:g} GB/s and {device.peak_bf16_tflops:g} TFLOP/s):\n\n"
+        f"| op class | BW (GB/s) | F (TFLOP/s) | launch (µs) |\n|---|---:|---:|---:|\n{fit_lines}\n",
+        encoding="utf-8")
     return dst
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m llmservingsim.derive_bundle", description=__doc__.splitlines()[0])
     ap.add_argument("hardware")
     ap.add_argument("model")
     ap.add_argument("--tp", type=int, required=True)
+    ap.add_argument("--from-tp", type=int, default=None, help="measured TP to derive from (default: nearest)")
     ap.add_argument("--variant", default="bf16")
+    ap.add_argument("--profiles", type=Path, default=None, help="bundle root (default: profiles/)")
     a = ap.parse_args(argv)
-    print(derive(a.hardware, a.model, a.tp, a.variant))
+    try:
+        print(derive(a.hardware, a.model, a.tp, a.variant, root=a.profiles, from_tp=a.from_tp))
+    except SimError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -91,6 +91,7 @@ def test_derive_bundle_shards_what_shards_and_says_so(tmp_path):
     root = tmp_path / "profiles"
     dst = root / "RTXPRO6000" / "meta-llama" / "Llama-3.1-70B" / "bf16"
     shutil.copytree(src / "tp1", dst / "tp1")
+    shutil.copytree(src / "tp2", dst / "tp2")
     shutil.copy(src / "meta.yaml", dst / "meta.yaml")
     out = derive("RTXPRO6000", "meta-llama/Llama-3.1-70B", 4, root=root)
     assert out == dst / "tp4" and "DERIVED" in (out / "PROVENANCE.md").read_text()
@@ -98,17 +99,15 @@ def test_derive_bundle_shards_what_shards_and_says_so(tmp_path):
     def table(d, name):
         with open(d / name, newline="") as f:
             return [(r.get("layer", "attention"), float(r["time_us"])) for r in csv.DictReader(f)]
-    t1, t4 = table(dst / "tp1", "dense.csv"), table(out, "dense.csv")
-    mins = {}
-    for layer, t in t1:
-        mins[layer] = min(mins.get(layer, t), t)
-    for (layer, a), (_, b) in zip(t1, t4):
+    t2, t4 = table(dst / "tp2", "dense.csv"), table(out, "dense.csv")   # nearest measured: tp2
+    assert [layer for layer, _ in t2] == [layer for layer, _ in t4]
+    for (layer, a), (_, b) in zip(t2, t4):
         if layer in ("layernorm", "final_layernorm", "embedding"):
             assert b == a                                      # replicated ops keep their time
         else:
-            assert b == pytest.approx(mins[layer] + (a - mins[layer]) / 4, abs=1e-4)
+            assert 0 < b < a                                   # sharded ops shrink, stay positive
     bundle = load_bundle("RTXPRO6000", "meta-llama/Llama-3.1-70B", 4, root=root)
-    assert bundle.provenance == "derived from tp1"
+    assert bundle.provenance == "derived from tp2"
     assert not (out / "step_overhead.csv").exists()
 
 

@@ -1,0 +1,76 @@
+"""Deriving a TP bundle (llmservingsim/derive_bundle.py): the shipped RTX PRO 6000 Llama-3.1-8B
+TP2 derived from its measured TP1 stays as close to the measured TP2 as it was measured to be
+(benchmarks/derive_tp_check.py, docs/derived-bundles.md); the derivation is byte-identical run
+to run, never replaces a measured bundle, and bad input is one line and exit 2."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from benchmarks.derive_tp_check import op_errors, step_errors
+from llmservingsim.derive_bundle import derive
+from llmservingsim.errors import ProfileError
+from llmservingsim.model_config import load_model
+from llmservingsim.paths import profiles_dir
+
+HW, MODEL = "RTXPRO6000", "meta-llama/Llama-3.1-8B"
+
+
+@pytest.fixture(scope="module")
+def derived_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("profiles")
+    src = profiles_dir() / HW / MODEL / "bf16"
+    dst = root / HW / MODEL / "bf16"
+    shutil.copytree(src / "tp1", dst / "tp1")
+    shutil.copy(src / "meta.yaml", dst / "meta.yaml")
+    derive(HW, MODEL, 2, root=root)
+    return root
+
+
+def test_derived_tp2_matches_measured_tp2_as_measured(derived_root):
+    # docs/derived-bundles.md: steps median 1.37 %, p90 3.55 %; GEMM medians 0.8-9.5 %
+    steps = step_errors(load_model(MODEL), derived_root, HW, MODEL, 2)
+    assert len(steps) == 70
+    assert np.median(steps) == pytest.approx(0.01366, abs=0.0002)
+    assert np.percentile(steps, 90) == pytest.approx(0.03552, abs=0.0002)
+    ops = op_errors(derived_root / HW / MODEL / "bf16" / "tp2", profiles_dir() / HW / MODEL / "bf16" / "tp2")
+    assert np.median(ops["gate_up_proj"]) == pytest.approx(0.029, abs=0.001)
+    assert np.median(ops["lm_head"]) == pytest.approx(0.008, abs=0.001)
+    assert np.median(ops["layernorm"]) == 0.0          # unsharded: copied, and measured equal
+
+
+def test_derivation_is_byte_identical_and_says_where_from(derived_root, tmp_path):
+    src = profiles_dir() / HW / MODEL / "bf16"
+    dst = tmp_path / HW / MODEL / "bf16"
+    shutil.copytree(src / "tp1", dst / "tp1")
+    shutil.copy(src / "meta.yaml", dst / "meta.yaml")
+    out = derive(HW, MODEL, 2, root=tmp_path)
+    first = derived_root / HW / MODEL / "bf16" / "tp2"
+    for name in ("dense.csv", "per_sequence.csv", "attention.csv", "skew_fit.csv", "PROVENANCE.md"):
+        assert (out / name).read_bytes() == (first / name).read_bytes()
+    assert "Generated from ../tp1" in (out / "PROVENANCE.md").read_text()
+
+
+def test_a_measured_bundle_is_never_replaced(tmp_path):
+    src = profiles_dir() / HW / MODEL / "bf16"
+    dst = tmp_path / HW / MODEL / "bf16"
+    shutil.copytree(src / "tp1", dst / "tp1")
+    shutil.copytree(src / "tp2", dst / "tp2")
+    with pytest.raises(ProfileError, match="tp2 is measured"):
+        derive(HW, MODEL, 2, root=tmp_path)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["RTXPRO6000", "no/such-model", "--tp", "2"], "unknown model"),
+    (["RTXPRO6000", "meta-llama/Llama-3.1-8B", "--tp", "3"], "does not divide"),
+    (["NoSuchGPU", "meta-llama/Llama-3.1-8B", "--tp", "4"], "unknown device"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, says, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "llmservingsim.derive_bundle", *args, "--profiles", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1
