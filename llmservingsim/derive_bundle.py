@@ -25,6 +25,7 @@ import argparse
 import csv
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -35,6 +36,7 @@ from .model_config import ModelSpec, load_model
 from .op_cost import (UNSHARDED, Roofline, attention_work, dense_work, fit_roofline, moe_work,
                       op_class, per_sequence_work, size_weights)
 from .paths import profiles_dir
+from .profiles import ProfileBundle, bundle_dir, load_bundle
 
 TABLES = ("dense.csv", "per_sequence.csv", "attention.csv", "moe.csv")
 ATTENTION_AXES = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
@@ -123,9 +125,10 @@ def fit_source(model: ModelSpec, tables: list[_Table], m: int, bandwidth_gbs: fl
 
 
 def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None,
-           from_tp: Optional[int] = None) -> Path:
+           from_tp: Optional[int] = None, out: Optional[Path] = None) -> Path:
     """Write ``tp<tp>/`` of (hardware, model, variant) from the nearest measured TP bundle
-    (or ``from_tp``) and return its folder. Never overwrites a measured bundle."""
+    (or ``from_tp``) and return its folder (``out`` instead of the bundle's own ``tp<tp>``
+    when given). Never overwrites a measured bundle."""
     spec = load_model(model)
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"--tp must be an integer >= 1, got {tp!r}", key="tp")
@@ -143,7 +146,7 @@ def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path
     m = nearest_measured(measured, tp) if from_tp is None else from_tp
     if m not in measured:
         raise ProfileError(f"tp{m} is not a measured bundle (measured: {measured})", file=str(base / f"tp{m}"))
-    src, dst = base / f"tp{m}", base / f"tp{tp}"
+    src, dst = base / f"tp{m}", (Path(out) if out is not None else base / f"tp{tp}")
     tables = [_read(src / name, spec) for name in TABLES if (src / name).exists()]
     fits = fit_source(spec, tables, m, device.memory_bandwidth_gbs, device.peak_bf16_tflops)
     dst.mkdir(parents=True, exist_ok=True)
@@ -175,6 +178,37 @@ def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path
         f"| op class | BW (GB/s) | F (TFLOP/s) | launch (µs) |\n|---|---:|---:|---:|\n{fit_lines}\n",
         encoding="utf-8")
     return dst
+
+
+_DERIVED: dict = {}          # (bundle folder, tp) -> bundle derived on the fly in this process
+
+
+def load_or_derive(hardware: str, model: str, tp: int, variant: str = "bf16",
+                   root: Optional[Path] = None, tp_key: str = "tp") -> ProfileBundle:
+    """The bundle ``load_bundle`` finds; where the TP degree has no folder but another TP is
+    measured, one derived now from the nearest measured TP (as ``derive`` writes it), in a
+    temporary folder that is removed at once: a run never writes into the profile tree, and
+    its bundle's ``provenance`` says "derived from tp<m> on the fly". ``tp_key`` names the
+    TP degree in errors (a run config's ``parallelism.tp``)."""
+    base = bundle_dir(hardware, model, variant, root)
+    if (base / f"tp{tp}").is_dir() or not measured_tps(base):
+        return load_bundle(hardware, model, tp, variant, root)     # or its own error
+    key = (str(base), tp)
+    if key not in _DERIVED:
+        with tempfile.TemporaryDirectory(prefix="agentservesim-derived-") as tmp:
+            shadow = Path(tmp) / hardware / model / variant
+            shadow.mkdir(parents=True)
+            if (base / "meta.yaml").is_file():
+                shutil.copyfile(base / "meta.yaml", shadow / "meta.yaml")
+            try:
+                derive(hardware, model, tp, variant, root=root, out=shadow / f"tp{tp}")
+            except ConfigError as exc:          # a TP the model cannot take: the caller's key
+                raise ConfigError(exc.message, key=tp_key) from None
+            bundle = load_bundle(hardware, model, tp, variant, root=Path(tmp))
+        bundle.path = base / f"tp{tp}"          # where it would live (the folder is gone)
+        bundle.provenance += " on the fly"
+        _DERIVED[key] = bundle
+    return _DERIVED[key]
 
 
 def main(argv=None) -> int:

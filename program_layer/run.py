@@ -22,7 +22,7 @@ from llmservingsim.model_config import load_model
 from llmservingsim.overhead_model import Framework, load_overhead
 from llmservingsim.perf_model import PerformanceModel
 from llmservingsim.power import PowerModel
-from llmservingsim.profiles import load_bundle
+from llmservingsim.derive_bundle import load_or_derive
 from llmservingsim.scheduler import Scheduler, SchedulerConfig
 from llmservingsim.step_timer import StepTimer
 
@@ -123,7 +123,8 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     prof_root = profiles or cfg.get("profiles")
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
-    bundle = load_bundle(device.name, model.name, tp, root=Path(prof_root) if prof_root else None)
+    bundle = load_or_derive(device.name, model.name, tp, root=Path(prof_root) if prof_root else None,
+                            tp_key="parallelism.tp")
     mem = plan_memory(model, device, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
                       engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"])
     if mem.num_blocks < 2:

@@ -74,3 +74,39 @@ def test_cli_bad_input_is_one_line_exit_2(args, says, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_at_an_unprofiled_tp_derives_its_bundle_on_the_fly(tmp_path, derived_root):
+    """No tp2 folder, a measured tp1: the run derives tp2 itself, says so, writes nothing into
+    the profile tree, and gives exactly the outputs of a run on the same bundle derived on disk."""
+    import json
+
+    from program_layer.run import run_config
+    root = tmp_path / "profiles"
+    src = profiles_dir() / HW / MODEL / "bf16"
+    shutil.copytree(src / "tp1", root / HW / MODEL / "bf16" / "tp1")
+    shutil.copy(src / "meta.yaml", root / HW / MODEL / "bf16" / "meta.yaml")
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    cfg = {"model": MODEL, "hardware": HW, "parallelism": {"tp": 2},
+           "workload": {"generator": "swebench", "programs": 2, "rate_jps": 0.1, "seed": 0}}
+    fly = run_config(dict(cfg, profiles=str(root)), tmp_path / "fly")
+    disk = run_config(dict(cfg, profiles=str(derived_root)), tmp_path / "disk")
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    assert fly["bundle"] == {"path": f"{HW}/{MODEL}/bf16/tp2", "provenance": "derived from tp1 on the fly"}
+    assert disk["bundle"]["provenance"] == "derived from tp1"
+    for name in ("calls.csv", "programs.csv", "timeseries.csv"):
+        assert (tmp_path / "fly" / name).read_bytes() == (tmp_path / "disk" / name).read_bytes(), name
+    fly_s = json.loads((tmp_path / "fly" / "summary.json").read_text())
+    disk_s = json.loads((tmp_path / "disk" / "summary.json").read_text())
+    fly_s.pop("bundle"), disk_s.pop("bundle")
+    assert fly_s == disk_s
+
+
+def test_a_tp_the_model_cannot_take_names_the_config_key(tmp_path):
+    from llmservingsim.errors import ConfigError
+    from program_layer.run import run_config
+    cfg = {"model": "meta-llama/Llama-3.1-70B", "hardware": "B200", "parallelism": {"tp": 3},
+           "workload": {"generator": "swebench", "programs": 1, "rate_jps": 0.1, "seed": 0}}
+    with pytest.raises(ConfigError) as exc:
+        run_config(cfg, tmp_path / "out")
+    assert exc.value.key == "parallelism.tp" and "TP=3 does not divide them" in exc.value.message
