@@ -59,9 +59,12 @@ def test_missing_field_names_the_field(tmp_path):
 
 
 def test_missing_profile_names_the_expected_path(tmp_path):
+    """No bundle of the model on the device at any TP (a missing TP of a profiled model is
+    derived on the fly: tests/derive/test_derive_tp.py)."""
     wl = write(tmp_path / "w.jsonl", json.dumps({"input_toks": 10, "output_toks": 2, "arrival_time_ns": 0}) + "\n")
-    cfg = write(tmp_path / "c.yaml", f"hardware: RTX4090\nparallelism: {{tp: 2}}\nworkload: {{path: {wl}}}\n")
-    check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), "RTX4090/meta-llama/Llama-3.1-8B/bf16/tp2")
+    cfg = write(tmp_path / "c.yaml", f"hardware: RTX4090\nmodel: meta-llama/Llama-3.1-70B\nparallelism: {{tp: 2}}\n"
+                                     f"workload: {{path: {wl}}}\n")
+    check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), "RTX4090/meta-llama/Llama-3.1-70B/bf16/tp2")
 
 
 def test_missing_profile_root_names_the_expected_path(tmp_path):
