@@ -48,7 +48,7 @@ def run_once(path: Path, step_mode: bool) -> dict:
     t3 = time.process_time()
     scheds = [inst.scheduler for inst in sim.cluster.instances]
     return {"total": t3 - t0, "build": t1 - t0, "loop": t2 - t1, "write": t3 - t2, "summary": s,
-            "ff": sum(x.num_ff_steps for x in scheds), "ff_queued": sum(x.num_ff_queued_steps for x in scheds)}
+            "ff": sum(x.num_ff_steps for x in scheds), "ff_queued": sum(getattr(x, "num_ff_queued_steps", 0) for x in scheds)}
 
 
 def main() -> None:
