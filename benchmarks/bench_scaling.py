@@ -9,8 +9,10 @@ Two series on one cell (its hardware, model, policies and workload generator):
   arrival span grows with the program count and the load stays the same;
 - **growing load**: the arrival span of the cell as shipped (programs / rate: 2,500 s for the
   default), ``--span-programs`` programs in it, so the load grows with the program count.
-Per point: calls, engine steps, share fast-forwarded, CPU seconds (``time.process_time`` of
-build + run, best of ``repeats``) and µs per call; per series the cost exponent, the slope of
+Per point: calls, engine steps, share fast-forwarded, prompt tokens computed per call (what the
+prefix cache did not serve: under growing load retained KV is reclaimed and calls recompute
+their contexts, so the simulated work per call grows too), CPU seconds
+(``time.process_time`` of build + run, best of ``repeats``) and µs per call; per series the cost exponent, the slope of
 log(CPU) against log(calls) by least squares (1.0: linear in calls). Issue 15's targets:
 <= 1.05 at constant load (50 -> 400 programs) and <= 1.15 under growing load (25 -> 200).
 """
@@ -42,7 +44,8 @@ def measure(cell: Path, programs: int, rate: float, repeats: int, step_mode: boo
             insts = sim.cluster.instances
             best = {"cpu": cpu, "calls": len(sim.cluster.finished_calls),
                     "steps": sum(i.num_steps for i in insts),
-                    "ff": sum(i.scheduler.num_ff_steps for i in insts)}
+                    "ff": sum(i.scheduler.num_ff_steps for i in insts),
+                    "prefill": sim.metrics.prompt_tokens}
     return best
 
 
@@ -60,8 +63,9 @@ def series(title: str, cell: Path, runs: list[tuple[int, float]], repeats: int, 
         p = measure(cell, programs, rate, repeats, step_mode)
         points.append(p)
         print(f"  {programs:5d} programs at {rate:.4f} JPS: {p['calls']:7d} calls, {p['steps']:8d} steps "
-              f"({100 * p['ff'] / max(p['steps'], 1):3.0f}% fast-forwarded), CPU {p['cpu']:7.2f} s, "
-              f"{1e6 * p['cpu'] / p['calls']:6.1f} us/call", flush=True)
+              f"({100 * p['ff'] / max(p['steps'], 1):3.0f}% fast-forwarded), {p['prefill'] / p['calls']:7.0f} "
+              f"prompt tokens computed per call, CPU {p['cpu']:7.2f} s, {1e6 * p['cpu'] / p['calls']:6.1f} us/call",
+              flush=True)
     print(f"  cost exponent in calls: {exponent(points):.3f}")
 
 
