@@ -21,6 +21,8 @@ depends only on the token count: ``GraphCommModel`` memoises it by that graph sh
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Optional
 
 from astrasim import CollectiveCommType, Node, NodeType, SystemSimulator
@@ -142,6 +144,25 @@ class GraphCommModel:
                             v += sim.network.send_ns(s * tp, (s + 1) * tp, size)
             self._memo[t] = v
         return v
+
+
+def write_step_folder(d: Path, graphs: list, system: dict, network: dict, groups: Optional[dict]) -> list[str]:
+    """Write one step's upstream ASTRA-Sim inputs into ``d``: ``step.<rank>.et``, system.json,
+    network.yml, remote_memory.json and (with TP/PP groups) comm_group.json. Returns the
+    binary's arguments for them (paths relative to ``d``)."""
+    from astrasim import write_workload
+
+    from .hardware import network_yaml
+    write_workload(str(d / "step"), graphs)
+    (d / "system.json").write_text(json.dumps(system, indent=2) + "\n")
+    (d / "network.yml").write_text(network_yaml(network))
+    (d / "remote_memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
+    args = ["--workload-configuration=step", "--system-configuration=system.json",
+            "--network-configuration=network.yml", "--remote-memory-configuration=remote_memory.json"]
+    if groups:
+        (d / "comm_group.json").write_text(json.dumps(groups) + "\n")
+        args.append("--comm-group-configuration=comm_group.json")
+    return args
 
 
 def _us(x: float) -> int:

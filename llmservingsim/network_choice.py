@@ -6,11 +6,14 @@
                                  # config), or an inline generator {generator: pcie_tree, ...}
       gpus: [3, 4]               # graph only: the graph GPUs rank 0..tp*pp-1 run on
                                  # (default 0..tp*pp-1)
+      binary: /path/to/AstraSim_Analytical_Congestion_Unaware   # astra-sim only (or $ASTRASIM_BIN)
 
 ``analytical``: the device's ASTRA-Sim network (docs/topologies.md), congestion-unaware, as
 without the key (outputs are byte-identical). ``congestion-aware``: the same network, messages
 stored and forwarded over FIFO links (upstream's congestion-aware backend). ``graph``: the
-topology graph, links shared by the messages on them (astrasim's GraphNetwork). Invariant: a
+topology graph, links shared by the messages on them (astrasim's GraphNetwork). ``astra-sim``:
+the device network as ``analytical``, but each distinct step graph is run by the user's own
+upstream binary (``llmservingsim.upstream_comm``), a whole serving run's cross-check. Invariant: a
 NetworkChoice is validated when built; errors name the config file, line and key.
 """
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Optional
 
 from .errors import ConfigError, astrasim_errors
 
-BACKENDS = ("analytical", "congestion-aware", "graph")
+BACKENDS = ("analytical", "congestion-aware", "graph", "astra-sim")
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class NetworkChoice:
     graph: object = None               # networkx graph (graph backend only)
     source: str = ""                   # where the topology came from (file or config key)
     gpus: Optional[tuple] = None
+    binary: Optional[str] = None       # the user's upstream ASTRA-Sim binary (astra-sim backend only)
 
     def graph_network(self, ranks: int):
         """The instance's GraphNetwork: its rank r is graph GPU ``gpus[r]``."""
@@ -50,17 +54,21 @@ def network_choice(spec: Optional[dict], *, base: Path, ranks: int, source: Opti
     def error(message, key):
         return ConfigError(message, file=source, line=lines.get(key) or lines.get("network"), key=key)
 
-    unknown = sorted(set(spec) - {"backend", "topology", "gpus"})
+    unknown = sorted(set(spec) - {"backend", "topology", "gpus", "binary"})
     if unknown:
-        raise error("unknown key (valid: backend, gpus, topology)", f"network.{unknown[0]}")
+        raise error("unknown key (valid: backend, binary, gpus, topology)", f"network.{unknown[0]}")
     backend = spec.get("backend", "analytical")
     if backend not in BACKENDS:
         raise error(f"must be one of {', '.join(BACKENDS)}; got {backend!r}", "network.backend")
     topology, gpus = spec.get("topology"), spec.get("gpus")
+    if backend != "astra-sim" and spec.get("binary") is not None:
+        raise error(f"only the astra-sim backend takes a binary (backend is {backend})", "network.binary")
     if backend != "graph":
         for key in ("topology", "gpus"):
             if spec.get(key) is not None:
                 raise error(f"only the graph backend takes a {key} (backend is {backend})", f"network.{key}")
+        if backend == "astra-sim":
+            return NetworkChoice(backend, binary=_upstream_binary(spec.get("binary"), base, error))
         return NetworkChoice(backend)
     if topology is None:
         raise error("the graph backend needs a topology (a node-link JSON or generator file, or "
@@ -93,3 +101,22 @@ def network_choice(spec: Optional[dict], *, base: Path, ranks: int, source: Opti
                         f"got {gpus!r}", "network.gpus")
         gpus = tuple(gpus)
     return NetworkChoice(backend, graph, where, gpus)
+
+
+def _upstream_binary(given, base: Path, error) -> str:
+    """The astra-sim backend's binary: ``network.binary`` (relative to the config), else the
+    ``ASTRASIM_BIN`` environment variable; it must be an executable file (built from source by
+    the user: docs/topologies.md says how; never downloaded)."""
+    import os
+    if given is not None and not isinstance(given, str):
+        raise error(f"must be a path to the ASTRA-Sim binary, got {type(given).__name__}", "network.binary")
+    path = given if given is not None else os.environ.get("ASTRASIM_BIN")
+    if not path:
+        raise error("the astra-sim backend runs your own upstream ASTRA-Sim binary: set network.binary or "
+                    "the ASTRASIM_BIN environment variable (docs/topologies.md: building it)", "network.backend")
+    full = Path(path) if Path(path).is_absolute() or given is None else base / path
+    if not full.is_file() or not os.access(full, os.X_OK):
+        where = "network.binary" if given is not None else "network.backend"
+        raise error(f"{full} is not an executable file (the ASTRA-Sim binary"
+                    f"{'' if given is not None else ' named by ASTRASIM_BIN'})", where)
+    return str(full.resolve())

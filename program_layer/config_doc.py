@@ -57,8 +57,9 @@ DESCRIPTIONS: dict[str, str] = {
             "a run is random). `agentservesim run --seed N` overrides both.",
     "name": "Free-form label of the run (used by the shipped cells); the simulator does not read it.",
     "network": "Which backend times the step's collectives: `{backend: analytical | congestion-aware "
-               "| graph, topology: FILE or {generator: NAME, ...}, gpus: [...]}` (absent: analytical on the "
-               "device network; docs/topologies.md).",
+               "| graph | astra-sim, topology: FILE or {generator: NAME, ...}, gpus: [...], binary: PATH}` "
+               "(absent: analytical on the device network; `astra-sim` runs each distinct step graph on your "
+               "own upstream ASTRA-Sim binary, `binary` or $ASTRASIM_BIN; docs/topologies.md).",
     "calibration": "A calibration file written by `agentservesim calibrate` (relative to the "
                    "config): its `calibration.framework` terms replace the device's fitted "
                    "framework overhead. The file's `calibration.applies_to.hardware` must equal "

@@ -78,11 +78,15 @@ class Simulation:
             self.cluster.run()
 
 
-def _comm_model(model, device, tp: int, pp: int, overhead, choice=None):
+def _comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None):
     if tp == 1 and pp == 1:
         return None
     from llmservingsim.execution_graph import GraphCommModel
-    return GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice)
+    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice)
+    if choice is not None and choice.backend == "astra-sim":     # each step graph run by the user's binary
+        from llmservingsim.upstream_comm import UpstreamCommModel
+        return UpstreamCommModel(comm, perf, choice.binary, device.system_config())
+    return comm
 
 
 def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
@@ -143,7 +147,7 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         from llmservingsim.network_choice import network_choice
         choice = network_choice(cfg["network"], base=base, ranks=tp * pp, source=config.get("_source"),
                                 lines=config.get("_lines"))
-    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead, choice), overhead.framework)
+    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead, perf, choice), overhead.framework)
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":
@@ -286,9 +290,10 @@ def resolved_config(sim: Simulation) -> dict:
     for key in ("calibration", "profiles"):
         if cfg.get(key):
             cfg[key] = absolute(cfg[key])
-    topology = (cfg.get("network") or {}).get("topology")
-    if isinstance(topology, str):
-        cfg["network"]["topology"] = absolute(topology)
+    for key in ("topology", "binary"):              # files named relative to the config
+        value = (cfg.get("network") or {}).get(key)
+        if isinstance(value, str):
+            cfg["network"][key] = absolute(value)
     for key in ("hardware", "model"):        # the paths _build resolved, made absolute
         if config_ref(key, cfg[key], base) != cfg[key]:
             cfg[key] = absolute(cfg[key])

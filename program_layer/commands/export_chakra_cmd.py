@@ -24,10 +24,8 @@ def add_arguments(p) -> None:
 
 
 def main(args) -> int:
-    from astrasim import write_workload
     from llmservingsim.errors import ConfigError, astrasim_errors
-    from llmservingsim.execution_graph import GraphCommModel, step_graphs, system_simulator
-    from llmservingsim.hardware import network_yaml
+    from llmservingsim.execution_graph import GraphCommModel, step_graphs, system_simulator, write_step_folder
     from llmservingsim.step_timer import shape_of
     from program_layer.config import load_config
     from program_layer.run import build_simulation
@@ -76,12 +74,7 @@ def main(args) -> int:
         d = out / f"step{k:05d}"
         d.mkdir(parents=True, exist_ok=True)
         graphs = step_graphs(sim.timer.perf, shape, tp, pp, comm)
-        write_workload(str(d / "step"), graphs)
-        (d / "system.json").write_text(json.dumps(system, indent=2) + "\n")
-        (d / "network.yml").write_text(network_yaml(comm.network_for(shape.num_tokens)))
-        (d / "remote_memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}) + "\n")
-        if groups:
-            (d / "comm_group.json").write_text(json.dumps(groups) + "\n")
+        write_step_folder(d, graphs, system, comm.network_for(shape.num_tokens), groups)
         with astrasim_errors():
             result = system_simulator(sim.device, tp, pp, comm.network_for(shape.num_tokens), system,
                                       backend=backend).run(graphs)

@@ -67,7 +67,7 @@ def test_congestion_aware_backend_times_the_device_network_link_by_link():
 
 
 @pytest.mark.parametrize("spec,key,message", [
-    ({"backend": "ns3"}, "network.backend", "must be one of analytical, congestion-aware, graph; got 'ns3'"),
+    ({"backend": "ns3"}, "network.backend", "must be one of analytical, congestion-aware, graph, astra-sim; got 'ns3'"),
     ({"backend": "graph"}, "network.topology", "the graph backend needs a topology"),
     ({"backend": "analytical", "gpus": [0, 1]}, "network.gpus", "only the graph backend takes a gpus"),
     ({"backend": "graph", "topology": {"generator": "hypercube"}}, "network.topology.generator",
