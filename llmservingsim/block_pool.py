@@ -136,8 +136,13 @@ class FreeBlockQueue:
     # ---- taking ------------------------------------------------------------------------
     def remove(self, block: KVBlock) -> None:
         """Take ``block`` (free) out of its place."""
-        block.free_run = None
-        self.num_free -= 1
+        self.take([block])
+
+    def take(self, blocks: list) -> None:
+        """Take these free blocks out of their places (a context's cache hits at once)."""
+        for b in blocks:
+            b.free_run = None
+        self.num_free -= len(blocks)
 
     def popleft(self) -> KVBlock:
         if not self.num_free:
@@ -207,7 +212,7 @@ class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
     __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
-                 "null_block", "drop_epoch", "free_epoch", "entry_only", "_drop_log", "_drop_log_base")
+                 "null_block", "drop_epoch", "free_epoch", "entry_only", "_drop_log")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -221,8 +226,7 @@ class BlockPool:
         self.null_block = self.free_queue.popleft()
         self.null_block.ref_cnt = 1
         self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
-        self._drop_log: list[KVBlock] = []      # the blocks of drops _drop_log_base .. drop_epoch - 1
-        self._drop_log_base = 0
+        self._drop_log: list[KVBlock] = []      # the blocks of the last len(_drop_log) drops
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
         self.entry_only = 0     # blocks only retained entries hold (0 < entry_refs == ref_cnt)
 
@@ -240,10 +244,8 @@ class BlockPool:
     @property
     def blocks(self) -> list[KVBlock]:
         """Every block by id, creating the never-used ones (O(num_blocks): checks and tests)."""
-        blocks = self._blocks
-        while len(blocks) < self.num_blocks:
-            blocks.append(KVBlock(len(blocks)))
-        return blocks
+        self._new_blocks(len(self._blocks), self.num_blocks)
+        return self._blocks
 
     @property
     def num_free(self) -> int:
@@ -264,32 +266,24 @@ class BlockPool:
         if n > self.free_queue.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.free_queue.num_free} free")
         out = self.free_queue.popleft_n(n)
-        cached, copies = self.cached, self.copies
         for block in out:
-            h = block.block_hash
-            if h is not None:
-                if cached.get(h) is block and h not in copies:     # _drop_content's usual case
-                    self._log_drop(block)
-                    block.block_hash = None
-                    del cached[h]
-                else:
-                    self._drop_content(block)
+            if block.block_hash is not None:
+                self._drop_content(block)
             block.ref_cnt = 1
         return out
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
-        taken = 0
+        free = []
         entry_only = 0
         for block in blocks:
             r = block.ref_cnt
             if r == 0:
-                block.free_run = None       # FreeBlockQueue.remove, for a whole context
-                taken += 1
+                free.append(block)
             elif r == block.entry_refs:     # held by entries alone until now
                 entry_only += 1
             block.ref_cnt = r + 1
-        self.free_queue.num_free -= taken
+        self.free_queue.take(free)
         self.entry_only -= entry_only
 
     def pin(self, blocks: Iterable[KVBlock]) -> None:
@@ -343,16 +337,15 @@ class BlockPool:
         self.free_queue.extend(back)
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
-        self.cache_blocks(block_hash_pairs=((block, block_hash),))
+        self.cache_blocks((block,), (block_hash,))
 
-    def cache_blocks(self, blocks=(), hashes=(), lo: int = 0, hi: int = 0, block_hash_pairs=None) -> None:
-        """Publish ``blocks[b]`` under ``hashes[b]`` for ``lo <= b < hi`` (or each pair of
-        ``block_hash_pairs``); a block that already has content keeps it."""
+    def cache_blocks(self, blocks: Iterable[KVBlock], hashes: Iterable[int]) -> None:
+        """Publish each block under the hash beside it; a block that already has content
+        keeps it."""
         if not self.enable_caching:
             return
-        pairs = block_hash_pairs if block_hash_pairs is not None else zip(blocks[lo:hi], hashes[lo:hi])
         setdefault = self.cached.setdefault
-        for block, block_hash in pairs:
+        for block, block_hash in zip(blocks, hashes):
             if block.block_hash is not None:
                 continue
             block.block_hash = block_hash
@@ -365,16 +358,15 @@ class BlockPool:
         log = self._drop_log
         log.append(block)
         if len(log) > DROP_LOG_LENGTH:          # older lookups simply look again
-            half = len(log) // 2
-            del log[:half]
-            self._drop_log_base += half
+            del log[:len(log) // 2]
 
     def dropped_since(self, epoch: int) -> Optional[list[KVBlock]]:
         """The blocks whose content was dropped since ``drop_epoch`` was ``epoch`` (None if
         that is older than the log keeps)."""
-        if epoch < self._drop_log_base:
+        back = self.drop_epoch - epoch
+        if back > len(self._drop_log):
             return None
-        return self._drop_log[epoch - self._drop_log_base:]
+        return self._drop_log[len(self._drop_log) - back:]
 
     def _drop_content(self, block: KVBlock) -> None:
         self._log_drop(block)

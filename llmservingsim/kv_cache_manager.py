@@ -208,7 +208,7 @@ class KVCacheManager:
         hashes = req.stream.block_hashes(n)
         blocks = self.req_blocks[rid]
         hi = min(n, len(blocks))
-        self.pool.cache_blocks(blocks, hashes, done, hi)
+        self.pool.cache_blocks(blocks[done:hi], hashes[done:hi])
         self.num_cached_blocks[rid] = hi
 
     def free(self, req: Request, drop_content: bool = False) -> None:
