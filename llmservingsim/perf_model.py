@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from functools import partial
 from typing import Sequence
 
 from .model_config import ModelSpec
@@ -131,17 +132,8 @@ class PerformanceModel:
         if not b.prefill_tokens:
             return self._decode_attention_us(self._decode_consts(nd), nd, b.decode_kv_sum,
                                              b.decode_kv_max, b.decode_kv_min)
-        mean_kv = b.decode_kv_sum / nd
-        t_mean = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, mean_kv)
-        if nd < 2 or b.decode_kv_max == b.decode_kv_min:
-            return t_mean
-        alpha = self._alpha(b.prefill_tokens, nd, mean_kv, b.decode_kv_min, b.decode_kv_max, b.prefill_ctx)
-        if alpha == 0.0:
-            return t_mean
-        t_max = att.mixed(b.prefill_tokens, b.prefill_ctx, nd, b.decode_kv_max)
-        if t_max <= t_mean:       # interpolation at an axis edge: no negative correction
-            return t_mean
-        return t_mean + alpha * (t_max - t_mean)
+        return self._skewed(partial(att.mixed, b.prefill_tokens, b.prefill_ctx, nd), nd, b.decode_kv_sum / nd,
+                            b.decode_kv_min, b.decode_kv_max, b.prefill_tokens, b.prefill_ctx)
 
     def _decode_consts(self, nd: int) -> tuple:
         """What a pure-decode step of ``nd`` sequences costs whatever their KV lengths:
@@ -153,17 +145,22 @@ class PerformanceModel:
         return c
 
     def _decode_attention_us(self, consts: tuple, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
-        """``attention_us`` of a pure-decode batch (the same arithmetic as the mixed case)."""
-        decode = self.bundle.attention.decode
-        row = consts[2]
-        mean_kv = kv_sum / nd
-        t_mean = decode.along(row, mean_kv)
+        """``attention_us`` of a pure-decode batch: the decode grid's row at ``nd`` held."""
+        return self._skewed(partial(self.bundle.attention.decode.along, consts[2]), nd, kv_sum / nd,
+                            kv_min, kv_max, 0, 0.0)
+
+    def _skewed(self, at, nd: int, mean_kv: float, kv_min: int, kv_max: int, prefill_tokens: int,
+                prefill_ctx: float) -> float:
+        """Attention at the decodes' mean KV length ``at(mean_kv)``, corrected for uneven
+        lengths with the skew fit: t_mean + alpha * (t_max - t_mean), ``at(kv)`` being the
+        grid's time with the decodes at KV length kv."""
+        t_mean = at(mean_kv)
         if nd < 2 or kv_max == kv_min:
             return t_mean
-        alpha = self._alpha(0, nd, mean_kv, kv_min, kv_max, 0.0)
+        alpha = self._alpha(prefill_tokens, nd, mean_kv, kv_min, kv_max, prefill_ctx)
         if alpha == 0.0:
             return t_mean
-        t_max = decode.along(row, kv_max)
+        t_max = at(kv_max)
         if t_max <= t_mean:       # interpolation at an axis edge: no negative correction
             return t_mean
         return t_mean + alpha * (t_max - t_mean)

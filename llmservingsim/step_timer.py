@@ -54,6 +54,13 @@ def shape_of(out: SchedulerOutput) -> BatchShape:
                       kv_max if nd else 0, kv_min if nd else 0)
 
 
+def _timing(compute: int, comm: int, overhead: int) -> StepTiming:
+    total = compute + comm + overhead
+    if total < 1000:          # a step never takes less than a microsecond
+        total = 1000
+    return StepTiming(total, compute, comm, overhead)
+
+
 class StepTimer:
     def __init__(self, perf: PerformanceModel, comm: Optional[CommModel] = None,
                  framework: Optional[Framework] = None):
@@ -74,10 +81,7 @@ class StepTimer:
         overhead = round(self.framework.us(shape.num_prefills, shape.prefill_tokens, shape.num_tokens,
                                            compute_us) * 1000.0)
         comm = self.comm.exposed_comm_ns(shape) if self.comm is not None else 0
-        total = compute + comm + overhead
-        if total < 1000:          # a step never takes less than a microsecond
-            total = 1000
-        return StepTiming(total, compute, comm, overhead)
+        return _timing(compute, comm, overhead)
 
     def time_decode(self, n: int, kv_sum: int, kv_max: int, kv_min: int) -> StepTiming:
         """``time_shape`` of a pure-decode step of ``n`` sequences (fast-forward's steps):
@@ -92,11 +96,7 @@ class StepTimer:
             # a pure-decode step's overhead does not read its compute (no prefill share)
             overhead = round(self.framework.us(0, 0, n, 0.0) * 1000.0)
             fixed = self._decode_memo[n] = (comm, overhead)
-        compute = round(self.perf.decode_us(n, kv_sum, kv_max, kv_min) * 1000.0)
-        total = compute + fixed[0] + fixed[1]
-        if total < 1000:
-            total = 1000
-        return StepTiming(total, compute, fixed[0], fixed[1])
+        return _timing(round(self.perf.decode_us(n, kv_sum, kv_max, kv_min) * 1000.0), *fixed)
 
     def time(self, out: SchedulerOutput) -> StepTiming:
         return self.time_shape(shape_of(out))
