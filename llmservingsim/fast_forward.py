@@ -84,21 +84,19 @@ def try_fast_forward(inst, nxt) -> bool:
         t = t_end
     if len(times) < MIN_STEPS - 1:
         return False
-    # ... and their block allocations must fit in the free blocks (none can fail)
-    allocs = _allocation_events(inst, scheduled, len(times))
+    steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
+    # ... their block allocations must fit in the free blocks (none can fail) ...
+    allocs = _allocation_events(inst, scheduled, steps)
     free = inst.kv.pool.num_free
     if len(allocs) > free:
-        last_ok = allocs[free][0] - 1          # the (free+1)-th allocation happens in that step
-        del times[last_ok:]
-        del allocs[free:]
-        allocs = [a for a in allocs if a[0] <= last_ok]
-    steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
+        steps = allocs[free][0] - 1            # the (free+1)-th allocation happens in that step
+    # ... and the waiting head must stay blocked
     if unblock[1] is not None:
         steps = _until_unblocked(scheduled, steps, inst.kv.block_size, *unblock)
-        del times[steps:]
-        allocs = [a for a in allocs if a[0] <= steps]
     if steps < MIN_STEPS - 1:
         return False
+    del times[steps:]
+    allocs = [a for a in allocs if a[0] <= steps]
     t = times[-1][0] + times[-1][1].total_ns
     _apply(inst, nxt, times, steps, allocs)
     launch_at = t

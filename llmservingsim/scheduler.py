@@ -130,13 +130,7 @@ class Scheduler:
             waiting = self.waiting
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
                 req = waiting.peek()
-                hits, num_hit = kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else ([], 0)
-                num_new = req.num_tokens - req.num_computed_tokens - num_hit
-                if 0 < threshold < num_new:
-                    num_new = threshold
-                if not cfg.enable_chunked_prefill and num_new > budget:
-                    break
-                num_new = min(num_new, budget)
+                hits, num_hit, num_new = self._admission_chunk(req, budget)
                 if num_new <= 0:
                     break
                 if not kv.can_fit_full_sequence(req, hits):
@@ -177,21 +171,29 @@ class Scheduler:
             return -1, None
         req = self.waiting.peek()
         kv = self.kv
-        hits, num_hit = kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else ([], 0)
-        num_new = req.num_tokens - req.num_computed_tokens - num_hit
-        threshold = cfg.long_prefill_token_threshold
-        if 0 < threshold < num_new:
-            num_new = threshold
-        blocked = not cfg.enable_chunked_prefill and num_new > budget
-        if not blocked:
-            if min(num_new, budget) <= 0 or kv.can_fit_full_sequence(req, hits):
-                return None
+        hits, _, num_new = self._admission_chunk(req, budget)
+        if num_new > 0 and kv.can_fit_full_sequence(req, hits):
+            return None
         if req.num_computed_tokens or not kv.enable_caching:
             return -1, None
         k = len(hits)
         if k >= (req.num_tokens - 1) // kv.block_size:     # the longest prefix a lookup takes
             return -1, None
         return k, req.stream.block_hashes(k + 1)[k]
+
+    def _admission_chunk(self, req: Request, budget: int) -> tuple[list, int, int]:
+        """The waiting head's cache hits, their tokens and the tokens admission would schedule
+        for it with ``budget`` left; 0 tokens when admission stops before the fit check (a
+        chunk that chunked prefill may not split, or nothing to schedule)."""
+        cfg = self.config
+        hits, num_hit = self.kv.get_computed_blocks(req) if req.num_computed_tokens == 0 else ([], 0)
+        num_new = req.num_tokens - req.num_computed_tokens - num_hit
+        threshold = cfg.long_prefill_token_threshold
+        if 0 < threshold < num_new:
+            num_new = threshold
+        if not cfg.enable_chunked_prefill and num_new > budget:
+            return hits, num_hit, 0
+        return hits, num_hit, max(min(num_new, budget), 0)
 
     def _commit(self, req: Request, num_new: int) -> ScheduledRequest:
         before = req.num_computed_tokens
