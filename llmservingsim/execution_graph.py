@@ -69,8 +69,22 @@ def system_simulator(device, tp: int, pp: int, network=None,
             net = cfg
         system = parse_system(device.system_config() if system_config is None else system_config,
                               f"{device.path}:system")
-    groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else {}
-    return SystemSimulator(net, system, comm_groups=groups)
+    return SystemSimulator(net, system, comm_groups=comm_groups(tp, pp))
+
+
+def comm_groups(tp: int, pp: int) -> dict:
+    """The TP communicator groups ("1" .. "pp": stage s's ranks s*tp .. s*tp+tp-1), as the
+    step graphs name them (``pg_name``); none without TP."""
+    return {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else {}
+
+
+def upstream_system(system: dict) -> tuple[dict, bool]:
+    """``system`` as upstream ASTRA-Sim can run it, and whether it changed: an endpoint delay
+    below 1 ns becomes 1 ns (upstream stops on 0: it would schedule an event at the current
+    time)."""
+    if system.get("endpoint-delay", 10) >= 1:
+        return system, False
+    return {**system, "endpoint-delay": 1}, True
 
 
 class GraphCommModel:

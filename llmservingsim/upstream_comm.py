@@ -22,7 +22,7 @@ from pathlib import Path
 from astrasim import NodeType
 
 from .errors import SimError
-from .execution_graph import GraphCommModel, step_graphs, write_step_folder
+from .execution_graph import GraphCommModel, comm_groups, step_graphs, upstream_system, write_step_folder
 from .perf_model import BatchShape, PerformanceModel
 
 REPORT = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles")
@@ -34,9 +34,7 @@ class UpstreamCommModel:
         self.inner = inner
         self.perf = perf
         self.binary = binary
-        self.system = dict(system)
-        if self.system.get("endpoint-delay", 10) < 1:      # upstream aborts on a zero delay
-            self.system["endpoint-delay"] = 1
+        self.system = upstream_system(system)[0]
         self._memo: dict[int, int] = {}
         self.runs = 0           # upstream invocations (one per distinct token count)
 
@@ -61,8 +59,7 @@ class UpstreamCommModel:
     def _run(self, shape: BatchShape) -> int:
         inner = self.inner
         graphs = step_graphs(self.perf, shape, inner.tp, inner.pp, inner)
-        groups = {str(s + 1): list(range(s * inner.tp, (s + 1) * inner.tp)) for s in range(inner.pp)} \
-            if inner.tp > 1 else None
+        groups = comm_groups(inner.tp, inner.pp)
         what = f"the astra-sim backend ({self.binary}) on a step of {shape.num_tokens} tokens"
         with tempfile.TemporaryDirectory(prefix="agentservesim-upstream-") as tmp:
             d = Path(tmp)

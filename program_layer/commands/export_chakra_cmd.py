@@ -25,7 +25,8 @@ def add_arguments(p) -> None:
 
 def main(args) -> int:
     from llmservingsim.errors import ConfigError, astrasim_errors
-    from llmservingsim.execution_graph import GraphCommModel, step_graphs, system_simulator, write_step_folder
+    from llmservingsim.execution_graph import (GraphCommModel, comm_groups, step_graphs, system_simulator,
+                                               upstream_system, write_step_folder)
     from llmservingsim.step_timer import shape_of
     from program_layer.config import load_config
     from program_layer.run import build_simulation
@@ -65,11 +66,8 @@ def main(args) -> int:
     except _Done:
         pass
     out = Path(args.out)
-    system = sim.device.system_config()
-    raised = system.get("endpoint-delay", 10) < 1
-    if raised:
-        system["endpoint-delay"] = 1
-    groups = {str(s + 1): list(range(s * tp, (s + 1) * tp)) for s in range(pp)} if tp > 1 else None
+    system, raised = upstream_system(sim.device.system_config())
+    groups = comm_groups(tp, pp)
     for k, shape in enumerate(shapes):
         d = out / f"step{k:05d}"
         d.mkdir(parents=True, exist_ok=True)
