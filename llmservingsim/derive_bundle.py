@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .errors import ConfigError, ProfileError, SimError
+from .errors import ConfigError, ProfileError, SimError, iter_lines
 from .hardware import load_device
 from .model_config import ModelSpec, load_model
 from .op_cost import (UNSHARDED, Roofline, attention_work, dense_work, fit_roofline, moe_work,
@@ -80,10 +80,9 @@ class _Table:
 def _read(path: Path, model: ModelSpec) -> _Table:
     """A source table, every row checked against the cost model (an op it does not know, or
     a time that is not a number > 0, is a ProfileError naming the file and line)."""
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        fields = list(reader.fieldnames or [])
+    reader = csv.DictReader(line for _, line in iter_lines(path, error=ProfileError, what="profile table"))
+    rows = list(reader)
+    fields = list(reader.fieldnames or [])
     for i, r in enumerate(rows, start=2):
         try:
             _work(model, path.name, r, 1)
