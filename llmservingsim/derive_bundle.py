@@ -203,7 +203,7 @@ def load_or_derive(hardware: str, model: str, tp: int, variant: str = "bf16",
                 derive(hardware, model, tp, variant, root=root, out=shadow / f"tp{tp}")
             except ConfigError as exc:          # a TP the model cannot take: the caller's key
                 raise ConfigError(exc.message, key=tp_key) from None
-            bundle = load_bundle(hardware, model, tp, variant, root=Path(tmp))
+            bundle = load_bundle(hardware, model, tp, variant, root=Path(tmp), cache=False)   # _DERIVED keeps it
         bundle.path = base / f"tp{tp}"          # where it would live (the folder is gone)
         bundle.provenance += " on the fly"
         _DERIVED[key] = bundle

@@ -289,8 +289,9 @@ _CACHE: dict = {}
 
 
 def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
-                root: Optional[Path] = None) -> ProfileBundle:
-    """Load (and cache per process) the bundle for one device, model and TP degree."""
+                root: Optional[Path] = None, cache: bool = True) -> ProfileBundle:
+    """Load (and, with ``cache``, keep per process) the bundle for one device, model and TP
+    degree."""
     base = bundle_dir(hardware, model, variant, root)
     key = (str(base), tp)
     if key in _CACHE:
@@ -314,5 +315,6 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
     if (tp_dir / "moe.csv").exists():
         bundle.moe = _moe(tp_dir / "moe.csv")
     bundle.provenance = _provenance(tp_dir)
-    _CACHE[key] = bundle
+    if cache:
+        _CACHE[key] = bundle
     return bundle
