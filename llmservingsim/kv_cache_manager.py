@@ -329,11 +329,12 @@ class KVCacheManager:
         self.pool.check_invariants()
         holders: dict[int, int] = {}
         pinned: dict[int, int] = {}
-        for blocks in list(self.req_blocks.values()) + [e.blocks for e in self.entries.values()]:
+        for blocks in self.req_blocks.values():
             for b in blocks:
                 holders[b.block_id] = holders.get(b.block_id, 0) + 1
         for e in self.entries.values():
             for b in e.blocks:
+                holders[b.block_id] = holders.get(b.block_id, 0) + 1
                 pinned[b.block_id] = pinned.get(b.block_id, 0) + 1
         for b in self.pool.blocks[1:]:
             assert b.ref_cnt == holders.get(b.block_id, 0), (b, holders.get(b.block_id, 0))
