@@ -146,11 +146,7 @@ class _DirectPhase:
         self.transport.send(now, i, dest, self.arrive)
         self.to_send[i] -= 1
         self.free[i] -= 1
-        if self.arrived[i].get(src, 0):
-            self.arrived[i][src] -= 1
-            self.events.push(now, self.received_one, i)
-        else:
-            self.posted[i][src] = self.posted[i].get(src, 0) + 1
+        self._meet(self.arrived, self.posted, i, src, now)
 
     def general(self, now, i):
         """A release finished: one more free slot; maybe send; maybe done."""
@@ -169,11 +165,17 @@ class _DirectPhase:
 
     def arrive(self, now, i, src):
         """A message from rank ``src`` reaches rank ``i``."""
-        if self.posted[i].get(src, 0):
-            self.posted[i][src] -= 1
+        self._meet(self.posted, self.arrived, i, src, now)
+
+    def _meet(self, waiting, pending, i, src, now):
+        """Rank ``i``'s receive from ``src`` and the message meet: if the other side is
+        ``waiting`` already, consume it and count one message received; else the side that
+        came first becomes ``pending``."""
+        if waiting[i].get(src, 0):
+            waiting[i][src] -= 1
             self.events.push(now, self.received_one, i)
         else:
-            self.arrived[i][src] = self.arrived[i].get(src, 0) + 1
+            pending[i][src] = pending[i].get(src, 0) + 1
 
     def received_one(self, now, i):
         self.received[i] += 1
