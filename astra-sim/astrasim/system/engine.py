@@ -39,6 +39,14 @@ from ..chakra.schema import Node, NodeType
 from ..config.memory import RemoteMemoryConfig
 from ..config.system import SystemConfig
 from ..errors import StuckError, WorkloadError
+
+
+#: remote memories one rank's accesses delay another's on (they break the symmetry)
+SHARED_MEMORIES = ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION")
+
+
+class NotSymmetric(Exception):
+    """An exact symmetric run met something that identical ranks do not do in lockstep."""
 from ..collectives.planner import CollectivePlanner
 from ..network.base import NetworkBackend
 from .workload import (OP_COLL, OP_COMPUTE, OP_MEM, OP_RECV, OP_REPLAY, OP_SEND, OP_SKIP,
@@ -99,10 +107,12 @@ class Run:
     def __init__(self, per_rank_nodes: Sequence[Sequence[Node]], network: NetworkBackend,
                  system: SystemConfig, planner: CollectivePlanner,
                  comm_groups: dict[int, tuple[int, ...]], memory: Optional[RemoteMemoryConfig],
-                 symmetric: bool = False):
-        # symmetric: one graph stands for every rank (all ranks identical), see run_symmetric
+                 symmetric: bool = False, exact: bool = False):
+        # symmetric: one graph stands for every rank (all ranks identical), see run_symmetric;
+        # exact: raise NotSymmetric where that would differ from run() on identical graphs
         self.symmetric = symmetric
-        if symmetric and memory is not None and memory.memory_type in ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION"):
+        self.exact = exact
+        if symmetric and memory is not None and memory.memory_type in SHARED_MEMORIES:
             raise WorkloadError("run_symmetric cannot model a remote memory shared between ranks "
                                 f"({memory.memory_type}); use run()")
         if not symmetric and len(per_rank_nodes) != network.npus_count:
@@ -292,8 +302,16 @@ class Run:
         if self.symmetric:
             # every rank issues this collective at this same instant (identical graphs)
             del self.colls[(gid, k)]
-            self._push(now + self.planner.collective_ns(kind, size, None if gid == 0 else members,
-                                                        c.involved), rank, pos)
+            group = None if gid == 0 else members
+            if self.exact:
+                # exact only if every NPU is a member (else non-members would fail in run())
+                # and all members finish together (else the ranks' clocks part)
+                if len(set(members)) != len(self.all_ranks):
+                    raise NotSymmetric(f"node {node.id}: group {gid} is not every NPU")
+                fin = self.planner.collective_finish(kind, size, group, c.involved)
+                if min(fin) != max(fin):
+                    raise NotSymmetric(f"node {node.id}: members of group {gid} finish apart")
+            self._push(now + self.planner.collective_ns(kind, size, group, c.involved), rank, pos)
             return
         if len(c.arrived) < len(members):
             return
@@ -306,6 +324,8 @@ class Run:
 
     def _start_send(self, rank: int, pos: int, node: Node, now: int) -> None:
         if self.symmetric:
+            if self.exact:
+                raise NotSymmetric(f"node {node.id}: send/recv")
             raise WorkloadError(f"node {node.id}: run_symmetric does not support send/recv; use run()")
         src = int(node.get("comm_src", rank))
         if src != rank:
@@ -337,6 +357,8 @@ class Run:
 
     def _start_recv(self, rank: int, pos: int, node: Node, now: int) -> None:
         if self.symmetric:
+            if self.exact:
+                raise NotSymmetric(f"node {node.id}: send/recv")
             raise WorkloadError(f"node {node.id}: run_symmetric does not support send/recv; use run()")
         dst = int(node.get("comm_dst", rank))
         if dst != rank:
