@@ -128,7 +128,7 @@ class Run:
         self.sends: dict[tuple, list[int]] = {}             # (src,dst,tag,size) -> arrival times
         self.recvs: dict[tuple, list[tuple[int, int, int]]] = {}  # -> (rank, pos, issue time)
         self.channel_free: dict[int, int] = {}
-        self.link_free: dict = {}                           # congestion-aware sends only
+        self.link_free: dict = {}                           # congestion-aware: link -> next free
         self.all_ranks = tuple(range(network.npus_count))
 
     # ------------------------------------------------------------------ driver
@@ -316,9 +316,17 @@ class Run:
         if len(c.arrived) < len(members):
             return
         del self.colls[(gid, k)]
+        group = None if gid == 0 else members
+        if self.net.congestion_aware:
+            # its messages share links with every collective and send timed before it
+            fin = self.planner.collective_finish(kind, size, group, c.involved,
+                                                 [c.issued[r] for r in members], self.link_free)
+            for r, f in zip(members, fin):
+                self._push(max(now, f), r, c.arrived[r])
+            return
         base = min(c.issued.values())
         starts = [c.issued[r] - base for r in members]
-        fin = self.planner.collective_finish(kind, size, None if gid == 0 else members, c.involved, starts)
+        fin = self.planner.collective_finish(kind, size, group, c.involved, starts)
         for r, f in zip(members, fin):
             self._push(max(now, base + f), r, c.arrived[r])
 
@@ -345,7 +353,7 @@ class Run:
 
     def _deliver(self, src: int, dst: int, size: int, now: int) -> int:
         """Arrival time of a point-to-point message; on a congestion-aware network it queues
-        behind earlier sends on each link (links reserved hop by hop at issue time)."""
+        behind earlier sends and collectives on each link (links reserved hop by hop at issue time)."""
         if not self.net.congestion_aware:
             return now + self.net.send_ns(src, dst, size)
         t = now
