@@ -145,3 +145,16 @@ def test_tp2_measures_one_ranks_shards_and_never_overwrites(measured, capsys):
     assert meta["measurements"][2]["rank_shapes"] == {"hidden": 256, "q_heads": 2, "kv_heads": 1, "head_dim": 64,
                                                       "intermediate": 256, "vocab_shard": 512, "sampler_vocab": 1024}
     assert len(_rows(base / "tp2" / "dense.csv")) == 54
+
+
+def test_compare_bundles_of_a_bundle_with_itself_is_zero_everywhere():
+    """benchmarks/compare_bundles.py on the shipped 8B tp1 against itself: every op and the
+    70 steps (9 x 7 decodes + 7 prefills) at 0.0 / 0.0 %."""
+    r = subprocess.run([sys.executable, "benchmarks/compare_bundles.py", str(SHIPPED), str(SHIPPED)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    table = [line for line in r.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    ops = {line.split(" | ")[0][2:] for line in table}
+    assert {"qkv_proj", "attention prefill", "attention decode", "attention mixed", "lm_head"} <= ops
+    assert all(line.endswith("| 0.0 / 0.0 |") for line in table), r.stdout
+    assert "| 70 | 0.0 / 0.0 |" in table[-1]
