@@ -77,6 +77,8 @@ def add_dp_servers(cluster, servers: int, dp: int, engine_core: Callable, timer,
                               timing.dp_wait_ns))
     for s in range(servers):
         ranks = [engine_core(s * dp + r, s, DPRank if lockstep else Instance, on_step) for r in range(dp)]
+        for rank in ranks:
+            rank.server = s             # what CallInfo names: the server, not the engine core
         group = LockstepGroup(ranks, ls_timer) if lockstep else None
         server = DPServer(s, ranks, group)
         cluster.add_server(server)
