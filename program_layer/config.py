@@ -51,6 +51,7 @@ TOP_KEYS = {
     "name": ((str,), None),
     "calibration": ((str,), None),     # CAL.yaml written by `agentservesim calibrate` (relative to the config)
     "network": ((dict,), None),         # backend / topology / gpus (llmservingsim/network_choice.py)
+    "cluster": ((dict,), None),         # nodes / placement (llmservingsim/placement.py, docs/clusters.md)
 }
 PARALLELISM_KEYS = {"tp": ((int,), 1), "pp": ((int,), 1)}
 POLICY_KEYS = {"retention": ((str, dict), "cache-lru"), "scheduling": ((str, dict), "fcfs"),

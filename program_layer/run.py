@@ -24,6 +24,10 @@ from llmservingsim.perf_model import PerformanceModel
 from llmservingsim.power import PowerModel
 from llmservingsim.derive_bundle import load_or_derive
 from llmservingsim.scheduler import Scheduler, SchedulerConfig
+from llmservingsim.pipeline import PipelineInstance
+from llmservingsim.placement import place
+from .cluster_build import (BATCH_TRACE_COLUMNS, batch_trace, instance_timers, pipeline_async_scheduling,
+                            record_batches)
 from llmservingsim.step_timer import StepTimer
 
 from . import outputs, package_version
@@ -54,6 +58,7 @@ class Simulation:
     overhead: object = None
     base_dir: Path = Path(".")
     bundle: object = None
+    placements: list = None         # placement.InstancePlacement per instance
 
     def end_ns(self) -> int:
         """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
@@ -78,11 +83,11 @@ class Simulation:
             self.cluster.run()
 
 
-def _comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None):
+def _comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None, layout=None):
     if tp == 1 and pp == 1:
         return None
     from llmservingsim.execution_graph import GraphCommModel
-    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice)
+    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice, layout=layout)
     if choice is not None and choice.backend == "astra-sim":     # each step graph run by the user's binary
         from llmservingsim.upstream_comm import UpstreamCommModel
         return UpstreamCommModel(comm, perf, choice.binary, device.system_config())
@@ -119,11 +124,14 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     model = load_model(config_ref("model", cfg["model"], base))
     device = load_device(config_ref("hardware", cfg["hardware"], base))
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
-    if tp * pp > device.gpus_per_node:
-        raise ConfigError(f"tp x pp = {tp * pp} GPUs, but a {device.name} node has {device.gpus_per_node}: "
-                          f"one instance must fit in one node", key="parallelism.tp")
+    # where each instance's GPUs are (cluster.nodes / cluster.placement; docs/clusters.md)
+    placements = place(cfg.get("cluster"), instances=cfg["instances"], tp=tp, pp=pp,
+                       dp=cfg["parallelism"].get("dp", 1), gpus_per_node=device.gpus_per_node,
+                       device=device.name, source=config.get("_source"), lines=config.get("_lines"))
     dispatch = DispatchPlane(policies["routing"], policies["scheduling"], cfg["instances"])
     engine = resolve_engine(cfg["engine"], device.cuda_memory_bytes / (1 << 30), device.gpu, model.max_model_len, dispatch.engine_args)
+    if pp > 1:                                  # vLLM 0.19: no async scheduling with pp > 1
+        engine["async_scheduling"] = pipeline_async_scheduling(config)
     prof_root = profiles or cfg.get("profiles")
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
@@ -147,7 +155,9 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         from llmservingsim.network_choice import network_choice
         choice = network_choice(cfg["network"], base=base, ranks=tp * pp, source=config.get("_source"),
                                 lines=config.get("_lines"))
-    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead, perf, choice), overhead.framework)
+    timers = instance_timers(placements, device, lambda layout: StepTimer(
+        perf, _comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework))
+    timer = timers[0]
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":
@@ -163,14 +173,17 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     for i in range(cfg["instances"]):
         kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=i)
-        cluster.add_instance(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
-                                      engine["async_scheduling"], cluster.finished, metrics.on_step,
-                                      metrics.on_decode_step, fast_forward=not step_mode))
+        cls, extra = (Instance, {}) if pp == 1 else (PipelineInstance, {"pp": pp})
+        cluster.add_instance(cls(i, loop, Scheduler(sched_cfg, kv), timers[i], hooks,
+                                 engine["async_scheduling"], cluster.finished, metrics.on_step,
+                                 metrics.on_decode_step, fast_forward=not step_mode, **extra))
+    if pp > 1 and trace_steps:
+        record_batches(cluster, metrics)
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
-                      base, bundle)
+                      base, bundle, placements)
 
 
 def config_ref(key: str, ref: str, base: Path) -> str:
@@ -217,7 +230,7 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     return {
         "model": sim.model.name, "hardware": sim.device.name, "gpu": sim.device.gpu,
         "parallelism": {"tp": tp, "pp": pp}, "instances": sim.cfg["instances"],
-        "placement": placement(sim.cfg["instances"], tp * pp, sim.device.gpus_per_node),
+        "placement": [p.summary() for p in sim.placements],
         "policies": {axis: policy_label(spec) for axis, spec in sim.cfg["policies"].items()},
         "bundle": {"path": f"{sim.device.name}/{sim.model.name}/bf16/tp{tp}", "provenance": sim.bundle.provenance},
         "version": package_version(),
@@ -252,14 +265,10 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
 
 
 def placement(instances: int, gpus_per_instance: int, gpus_per_node: int) -> list:
-    """Instances on consecutive GPUs of consecutive nodes (one instance fits in one node)."""
-    per_node = max(gpus_per_node // gpus_per_instance, 1)
-    out = []
-    for i in range(instances):
-        node, slot = divmod(i, per_node)
-        first = slot * gpus_per_instance
-        out.append({"instance": i, "node": node, "gpus": list(range(first, first + gpus_per_instance))})
-    return out
+    """Instances of one TP group each on consecutive GPUs of consecutive nodes, as summary.json
+    lists them (``llmservingsim.placement``, without a ``cluster`` key)."""
+    return [p.summary() for p in place(None, instances=instances, tp=gpus_per_instance, pp=1, dp=1,
+                                       gpus_per_node=gpus_per_node, device="device")]
 
 
 def policy_label(spec) -> str:
@@ -339,9 +348,11 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)
     if trace_steps is not None and sim.metrics.trace_rows is not None:
         Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
-        outputs.write_csv(Path(trace_steps), TRACE_COLUMNS, (
-            dict(zip(TRACE_COLUMNS, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp),
-                                     fmt_ns(comm), fmt_ns(ovh))))
+        extra = batch_trace(sim.metrics)            # pp > 1: TP vs PP vs inter-node comm per batch
+        cols = TRACE_COLUMNS + list(BATCH_TRACE_COLUMNS) if extra is not None else TRACE_COLUMNS
+        outputs.write_csv(Path(trace_steps), cols, (
+            dict(zip(cols, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp),
+                            fmt_ns(comm), fmt_ns(ovh)) + (tuple(map(fmt_ns, extra[(i, k)])) if extra is not None else ())))
             for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows), atomic=True)
     summary = summarize(sim, calls, progs)
     outputs.write_json(out_dir / "summary.json", summary)
