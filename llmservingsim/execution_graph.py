@@ -22,6 +22,7 @@ depends only on the token count: ``GraphCommModel`` memoises it by that graph sh
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -30,10 +31,11 @@ from astrasim.config.network import parse_network
 from astrasim.config.system import parse_system
 from astrasim.network import AnalyticalNetwork, CongestionAwareNetwork
 
-from .errors import astrasim_errors
+from .errors import ConfigError, astrasim_errors
 from .hardware import HOPS, fit_link_bandwidth_gbs
 from .overhead_model import Regime, regime_for
 from .perf_model import BatchShape, PerformanceModel
+from .rank_layout import RankLayout
 
 ATTN_OPS = ("layernorm", "qkv_proj", "rotary_emb", "qk_norm", "o_proj")
 MLP_OPS = ("layernorm", "gate_up_proj", "act_fn", "down_proj")
@@ -46,7 +48,7 @@ def network_config(device, tp: int, pp: int, busbw_gbs: Optional[float] = None,
     refits the link bandwidth to another bus bandwidth, and ``collective_latency_ns`` (the
     fixed cost of a 2-GPU all-reduce: 2 messages, each crossing ``hops`` links) sets the
     link latency; a ring over n GPUs pays it n - 1 times."""
-    cfg = device.network_for_tp(tp * pp)
+    cfg = device.network_for_tp(min(tp * pp, device.gpus_per_node))   # across nodes: dimension 0 (RankLayout)
     if busbw_gbs is not None:
         cfg["bandwidth"] = [round(fit_link_bandwidth_gbs(busbw_gbs, device.memory_bandwidth_gbs), 3)]
     if collective_latency_ns and tp * pp > 1:
@@ -55,7 +57,8 @@ def network_config(device, tp: int, pp: int, busbw_gbs: Optional[float] = None,
 
 
 def system_simulator(device, tp: int, pp: int, network=None,
-                     system_config: Optional[dict] = None, backend: str = "analytical") -> SystemSimulator:
+                     system_config: Optional[dict] = None, backend: str = "analytical",
+                     groups: Optional[dict] = None) -> SystemSimulator:
     """The group's simulator on ``network`` (default: :func:`network_config` of the device)
     and ``system_config`` (default: the device's system JSON). ``network`` is a network dict
     timed by ``backend`` ("analytical" or "congestion-aware"), or a ready network backend
@@ -67,9 +70,12 @@ def system_simulator(device, tp: int, pp: int, network=None,
             net = CongestionAwareNetwork(parsed) if backend == "congestion-aware" else AnalyticalNetwork(parsed)
         else:
             net = cfg
-        system = parse_system(device.system_config() if system_config is None else system_config,
-                              f"{device.path}:system")
-    return SystemSimulator(net, system, comm_groups=comm_groups(tp, pp))
+        system = device.system_config() if system_config is None else system_config
+        if isinstance(cfg, dict) and len(cfg["topology"]) > 1:      # an instance across nodes
+            from .inter_node import per_dimension_system
+            system = per_dimension_system(system, len(cfg["topology"]))
+        system = parse_system(system, f"{device.path}:system")
+    return SystemSimulator(net, system, comm_groups=comm_groups(tp, pp) if groups is None else groups)
 
 
 def comm_groups(tp: int, pp: int) -> dict:
@@ -87,6 +93,16 @@ def upstream_system(system: dict) -> tuple[dict, bool]:
     return {**system, "endpoint-delay": 1}, True
 
 
+@dataclass(frozen=True, slots=True)
+class StageComm:
+    """One step's communication by pipeline stage (ns): ``allreduce_ns[s]`` the TP all-reduces
+    of stage s, ``send_ns[s]`` the activations stage s sends to s + 1 and ``inter_node[s]``
+    whether that transfer crosses nodes."""
+    allreduce_ns: tuple
+    send_ns: tuple
+    inter_node: tuple
+
+
 class GraphCommModel:
     """Exposed communication of a step's graph, memoised by token count.
 
@@ -95,7 +111,8 @@ class GraphCommModel:
     buffer, NCCL above) when the device has a fitted model for this TP size; otherwise on the
     device network with its measured NCCL bandwidth and fixed per-collective cost."""
 
-    def __init__(self, model, device, tp: int, pp: int, regimes: Optional[tuple] = None, choice=None):
+    def __init__(self, model, device, tp: int, pp: int, regimes: Optional[tuple] = None, choice=None,
+                 layout=None):
         """``choice``: the run's ``network`` (``network_choice.NetworkChoice``); None or the
         analytical backend keeps the device network as described above. "congestion-aware"
         times the same networks link by link; "graph" times every collective on the chosen
@@ -112,10 +129,20 @@ class GraphCommModel:
             self.networks = [network_config(device, tp, pp, r.bandwidth_gbs, r.latency_us * 1000.0) for r in regimes]
         else:       # the device file's network as written, plus its measured fixed cost
             self.networks = [network_config(device, tp, pp, None, device.collective_latency_ns)]
+        # ``layout`` (rank_layout.RankLayout): the NPUs of the ranks; an instance spanning nodes
+        # gets the two-level network [intra-node, inter-node] (docs/clusters.md)
+        self.layout = layout if layout is not None else RankLayout.single(tp * pp)
+        if self.layout.multi_node:
+            if self.backend == "graph":
+                raise ConfigError("the graph backend times one node's topology graph; an instance whose stages "
+                                  "span nodes needs backend analytical or congestion-aware", key="network.backend")
+            self.networks = [self.layout.network(net) for net in self.networks]
         backend = "congestion-aware" if self.backend == "congestion-aware" else "analytical"
-        self._sims = [system_simulator(device, tp, pp, net, backend=backend) for net in self.networks]
+        groups = self.layout.groups(tp, pp) if self.layout.multi_node else None
+        self._sims = [system_simulator(device, tp, pp, net, backend=backend, groups=groups) for net in self.networks]
         self.layers_per_stage = -(-model.num_layers // pp)
         self._memo: dict[int, int] = {}
+        self._stage_memo: dict[int, StageComm] = {}
 
     def _index(self, size_bytes: int) -> int:
         return self.regimes.index(regime_for(self.regimes, size_bytes))
@@ -130,9 +157,38 @@ class GraphCommModel:
     def activation_bytes(self, tokens: int) -> int:
         return tokens * self.model.hidden_size * self.model.dtype_bytes
 
+    def stage_comm(self, tokens: int) -> "StageComm":
+        """The communication of a step of ``tokens`` tokens, stage by stage (pipeline timing,
+        ``llmservingsim.pipeline``): each stage's TP all-reduces, and each stage boundary's
+        activation transfer with whether it leaves the node. Memoised by token count."""
+        v = self._stage_memo.get(tokens)
+        if v is None:
+            size = self.activation_bytes(tokens)
+            sim = self.simulator_for(tokens)
+            lay, tp, pp = self.layout, self.tp, self.pp
+            allreduce, sends, crosses = [], [], []
+            with astrasim_errors():
+                for s in range(pp):
+                    group = [lay.npus[r] for r in range(s * tp, (s + 1) * tp)]
+                    if tp == 1:
+                        allreduce.append(0)
+                    elif s and not sim.network.congestion_aware:
+                        allreduce.append(allreduce[0])       # every stage's group costs the same
+                    else:
+                        allreduce.append(2 * self.layers_per_stage * sim.collective_time_ns("all_reduce", size, group))
+                    if s + 1 < pp:
+                        src, dst = s * tp, (s + 1) * tp
+                        sends.append(sim.network.send_ns(lay.npus[src], lay.rail_peer(src, dst), size))
+                        crosses.append(lay.node_of(src) != lay.node_of(dst))
+            v = self._stage_memo[tokens] = StageComm(tuple(allreduce), tuple(sends), tuple(crosses))
+        return v
+
     def exposed_comm_ns(self, shape: BatchShape) -> int:
         t = shape.num_tokens
         v = self._memo.get(t)
+        if v is None and self.layout.multi_node:      # one batch alone: every stage's comm in turn
+            c = self.stage_comm(t)
+            v = self._memo[t] = sum(c.allreduce_ns) + sum(c.send_ns)
         if v is None:
             size = self.activation_bytes(t)
             v = 0
@@ -185,7 +241,8 @@ def _us(x: float) -> int:
 
 def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
                 comm: Optional[GraphCommModel] = None) -> list[list[Node]]:
-    """The per-rank Chakra graphs of one step (durations in whole µs, as Chakra stores them)."""
+    """The Chakra graphs of one step, one per NPU (durations in whole µs, as Chakra stores them):
+    on one node NPU r is rank r; across nodes the NPUs of ``comm.layout`` (the others idle)."""
     b = perf.bundle
     T = shape.num_tokens
     dense = {name: tab(T) for name, tab in b.dense.items()}
@@ -198,11 +255,13 @@ def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
     mlp_block += sum(v for name, v in dense.items() if name not in known)   # ops of other models
     size = T * perf.model.hidden_size * perf.model.dtype_bytes
     L = perf.layers_per_stage
-    graphs = []
+    lay = comm.layout if comm is not None else RankLayout.single(tp * pp)
+    npu = lay.npus
+    graphs = [[] for _ in range(lay.npus_count)]     # by NPU; on several nodes, the unused NPUs idle
     for stage in range(pp):
         for t in range(tp):
             rank = stage * tp + t
-            nodes: list[Node] = []
+            nodes: list[Node] = graphs[npu[rank]]
 
             def add(kind, name, **kw):
                 node = Node.make(len(nodes), kind, name, data_deps=[len(nodes) - 1] if nodes else [], **kw)
@@ -212,7 +271,7 @@ def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
                 add(NodeType.COMP_NODE, "embedding", duration_micros=_us(dense.get("embedding", 0.0)),
                     is_cpu_op=False)
             else:
-                add(NodeType.COMM_RECV_NODE, f"recv_stage{stage - 1}", comm_src=rank - tp, comm_dst=rank,
+                add(NodeType.COMM_RECV_NODE, f"recv_stage{stage - 1}", comm_src=npu[rank - tp], comm_dst=npu[rank],
                     comm_size=size, comm_tag=stage, is_cpu_op=False)
             for layer in range(L):
                 add(NodeType.COMP_NODE, f"layer{layer}.attn", duration_micros=_us(attn_block), is_cpu_op=False)
@@ -224,10 +283,9 @@ def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
                     add(NodeType.COMM_COLL_NODE, f"layer{layer}.mlp.all_reduce", is_cpu_op=False,
                         comm_type=int(CollectiveCommType.ALL_REDUCE), comm_size=size, pg_name=str(stage + 1))
             if stage < pp - 1:
-                add(NodeType.COMM_SEND_NODE, f"send_stage{stage}", comm_src=rank, comm_dst=rank + tp,
+                add(NodeType.COMM_SEND_NODE, f"send_stage{stage}", comm_src=npu[rank], comm_dst=npu[rank + tp],
                     comm_size=size, comm_tag=stage + 1, is_cpu_op=False)
             else:
                 tail = dense.get("final_layernorm", 0.0) + perf.per_sequence_us(shape.num_seqs)
                 add(NodeType.COMP_NODE, "final_norm.lm_head.sampler", duration_micros=_us(tail), is_cpu_op=False)
-            graphs.append(nodes)
     return graphs

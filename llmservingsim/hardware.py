@@ -96,6 +96,7 @@ class Device:
     sm_count: int = 0
     tp_non_torch_gib: float = 0.0    # non-torch memory the TP communicators add (memory_model)
     collective_latency_ns: float = 0.0
+    inter_node: Any = None           # inter_node.InterNode: the network between nodes (optional)
     _network: Mapping[str, tuple] = field(repr=False, compare=False, default_factory=dict)
     _system: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
@@ -262,6 +263,10 @@ def _positive(value: float, file: Path, key: str) -> float:
 def _build_device(raw: Any, path: Path) -> Device:
     optional = {k: _check(raw.pop(k), kind, path, k) for k, kind in _OPTIONAL_DEVICE_KEYS.items()
                 if isinstance(raw, dict) and k in raw}
+    inter_node = None
+    if isinstance(raw, dict) and "inter_node" in raw:      # optional: the network between nodes
+        from .inter_node import parse_inter_node
+        inter_node = parse_inter_node(raw.pop("inter_node"), path)
     _check_keys(raw, _DEVICE_KEYS, path)
     v = {k: _check(raw[k], kind, path, k) for k, kind in _DEVICE_KEYS.items()}
     if optional.get("collective_latency_ns", 0.0) < 0:
@@ -289,7 +294,7 @@ def _build_device(raw: Any, path: Path) -> Device:
                   cuda_memory_bytes=v["cuda_memory_bytes"], sm_count=v["sm_count"],
                   tp_non_torch_gib=v["tp_non_torch_gib"],
                   collective_latency_ns=optional.get("collective_latency_ns", 0.0),
-                  _network=network, _system=system)
+                  inter_node=inter_node, _network=network, _system=system)
 
 
 def _build_power(raw: dict, path: Path) -> PowerSpec:

@@ -66,6 +66,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_ff_steps = 0       # steps applied in bulk by fast-forward
         self.num_ff_queued_steps = 0    # of which with requests waiting (admission blocked)
+        # pipeline parallelism (llmservingsim.pipeline): a request whose sampled token is in an
+        # in-flight batch has nothing to schedule (vLLM without async scheduling: num_new == 0)
+        self.skip_in_flight = False
 
     def add_request(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
@@ -84,9 +87,13 @@ class Scheduler:
         scheduled: dict[int, ScheduledRequest] = {}
         running = self.running
         last_pos = cfg.max_model_len - 1
+        skip_in_flight = self.skip_in_flight
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
+            if skip_in_flight and req.num_placeholders:
+                i += 1          # its token is in flight in another batch (pipeline parallelism)
+                continue
             known = req.num_tokens + req.num_placeholders
             if known - req.prompt_len >= req.max_tokens:
                 i += 1          # its last token is in flight: anticipated finish

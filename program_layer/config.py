@@ -51,6 +51,7 @@ TOP_KEYS = {
     "name": ((str,), None),
     "calibration": ((str,), None),     # CAL.yaml written by `agentservesim calibrate` (relative to the config)
     "network": ((dict,), None),         # backend / topology / gpus (llmservingsim/network_choice.py)
+    "cluster": ((dict,), None),         # nodes / placement (llmservingsim/placement.py, docs/clusters.md)
 }
 # dp, ep: data and expert parallelism inside one instance (docs/data-expert-parallel.md);
 # ep is 1 (off) or dp x tp (vLLM's --enable-expert-parallel), checked against the model in run.py

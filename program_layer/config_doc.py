@@ -60,6 +60,10 @@ DESCRIPTIONS: dict[str, str] = {
                "| graph | astra-sim, topology: FILE or {generator: NAME, ...}, gpus: [...], binary: PATH}` "
                "(absent: analytical on the device network; `astra-sim` runs each distinct step graph on your "
                "own upstream ASTRA-Sim binary, `binary` or $ASTRASIM_BIN; docs/topologies.md).",
+    "cluster": "The cluster the instances are placed on: `{nodes: N, placement: [{stages: [{node: N, gpus: "
+               "'a-b' or [...]}, ...]}, ...]}` (absent: as many nodes of the device as the instances need, "
+               "each instance inside one node). TP stays inside a node; pipeline stages may span nodes "
+               "(then the device file's `inter_node` network times their transfers); docs/clusters.md.",
     "calibration": "A calibration file written by `agentservesim calibrate` (relative to the "
                    "config): its `calibration.framework` terms replace the device's fitted "
                    "framework overhead. The file's `calibration.applies_to.hardware` must equal "

@@ -24,6 +24,10 @@ from llmservingsim.perf_model import PerformanceModel
 from llmservingsim.power import PowerModel
 from llmservingsim.derive_bundle import load_or_derive
 from llmservingsim.scheduler import Scheduler, SchedulerConfig
+from llmservingsim.pipeline import PipelineInstance
+from llmservingsim.placement import place
+from .cluster_build import (BATCH_TRACE_COLUMNS, batch_trace, instance_timers, pipeline_async_scheduling,
+                            record_batches)
 from llmservingsim.step_timer import StepTimer
 
 from . import outputs, package_version
@@ -55,6 +59,7 @@ class Simulation:
     base_dir: Path = Path(".")
     bundle: object = None
     dpep: object = None          # data / expert parallelism (llmservingsim/dp_build.py DPSetup)
+    placements: list = None         # placement.InstancePlacement per instance
 
     def end_ns(self) -> int:
         """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
@@ -79,11 +84,11 @@ class Simulation:
             self.cluster.run()
 
 
-def _comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None):
+def _comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None, layout=None):
     if tp == 1 and pp == 1:
         return None
     from llmservingsim.execution_graph import GraphCommModel
-    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice)
+    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice, layout=layout)
     if choice is not None and choice.backend == "astra-sim":     # each step graph run by the user's binary
         from llmservingsim.upstream_comm import UpstreamCommModel
         return UpstreamCommModel(comm, perf, choice.binary, device.system_config())
@@ -124,11 +129,17 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     if dp > 1 or ep > 1:         # data / expert parallelism: docs/data-expert-parallel.md
         from llmservingsim.expert_parallel import check_parallelism
         check_parallelism(model, device.gpus_per_node, device.name, tp, pp, dp, ep)
-    if tp * pp > device.gpus_per_node:
-        raise ConfigError(f"tp x pp = {tp * pp} GPUs, but a {device.name} node has {device.gpus_per_node}: "
-                          f"one instance must fit in one node", key="parallelism.tp")
+        if pp > 1:
+            raise ConfigError("pipeline parallelism together with data parallelism is not modelled "
+                              "(dp > 1 needs pp: 1)", key="parallelism.pp")
+    # where each instance's GPUs are (cluster.nodes / cluster.placement; docs/clusters.md)
+    placements = place(cfg.get("cluster"), instances=cfg["instances"], tp=tp, pp=pp,
+                       dp=dp, gpus_per_node=device.gpus_per_node,
+                       device=device.name, source=config.get("_source"), lines=config.get("_lines"))
     dispatch = DispatchPlane(policies["routing"], policies["scheduling"], cfg["instances"])
     engine = resolve_engine(cfg["engine"], device.cuda_memory_bytes / (1 << 30), device.gpu, model.max_model_len, dispatch.engine_args)
+    if pp > 1:                                  # vLLM 0.19: no async scheduling with pp > 1
+        engine["async_scheduling"] = pipeline_async_scheduling(config)
     prof_root = profiles or cfg.get("profiles")
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
@@ -161,7 +172,9 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         from llmservingsim.network_choice import network_choice
         choice = network_choice(cfg["network"], base=base, ranks=tp * pp, source=config.get("_source"),
                                 lines=config.get("_lines"))
-    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead, perf, choice), overhead.framework)
+    timers = instance_timers(placements, device, lambda layout: StepTimer(
+        perf, _comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework))
+    timer = timers[0]
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":
@@ -177,19 +190,22 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     def engine_core(i: int, server: int, cls=Instance, on_step=metrics.on_step):
         kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=server)
-        return cls(i, loop, Scheduler(sched_cfg, kv), timer, hooks, engine["async_scheduling"], cluster.finished,
-                   on_step, metrics.on_decode_step, fast_forward=not step_mode)
+        extra = {} if cls is not PipelineInstance else {"pp": pp}
+        return cls(i, loop, Scheduler(sched_cfg, kv), timers[server], hooks, engine["async_scheduling"],
+                   cluster.finished, on_step, metrics.on_decode_step, fast_forward=not step_mode, **extra)
     if dp == 1:
         for i in range(cfg["instances"]):
-            cluster.add_instance(engine_core(i, i))
+            cluster.add_instance(engine_core(i, i, Instance if pp == 1 else PipelineInstance))
     else:
         from llmservingsim.dp_build import add_dp_servers
         dpep = add_dp_servers(cluster, cfg["instances"], dp, engine_core, timer, dpep, metrics)
+    if pp > 1 and trace_steps:
+        record_batches(cluster, metrics)
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
-                      base, bundle, dpep)
+                      base, bundle, dpep, placements)
 
 
 def config_ref(key: str, ref: str, base: Path) -> str:
@@ -230,13 +246,13 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     energy = sum(power.energy_j(inst.busy_ns, max(end_ns - inst.busy_ns, 0)) for inst in sim.cluster.instances)
     gen = sum(r["output_tokens"] for r in calls)
     prompt = sum(r["input_tokens"] - r["cached_tokens"] for r in calls)
-    tp, pp = sim.cfg["parallelism"]["tp"], sim.cfg["parallelism"]["pp"]
+    tp = sim.cfg["parallelism"]["tp"]
     busy = sim.metrics.compute_ns + sim.metrics.comm_ns + sim.metrics.overhead_ns
     share = lambda v: round(v / busy, 6) if busy else 0.0
     return {
         "model": sim.model.name, "hardware": sim.device.name, "gpu": sim.device.gpu,
         "parallelism": parallelism_summary(sim.cfg["parallelism"]), "instances": sim.cfg["instances"],
-        "placement": placement(sim.cfg["instances"], tp * pp * sim.cfg["parallelism"]["dp"], sim.device.gpus_per_node),
+        "placement": [p.summary() for p in sim.placements],
         "policies": {axis: policy_label(spec) for axis, spec in sim.cfg["policies"].items()},
         "bundle": {"path": f"{sim.device.name}/{sim.model.name}/bf16/tp{tp}", "provenance": sim.bundle.provenance},
         "version": package_version(),
@@ -277,14 +293,10 @@ def parallelism_summary(par: dict) -> dict:
 
 
 def placement(instances: int, gpus_per_instance: int, gpus_per_node: int) -> list:
-    """Instances on consecutive GPUs of consecutive nodes (one instance fits in one node)."""
-    per_node = max(gpus_per_node // gpus_per_instance, 1)
-    out = []
-    for i in range(instances):
-        node, slot = divmod(i, per_node)
-        first = slot * gpus_per_instance
-        out.append({"instance": i, "node": node, "gpus": list(range(first, first + gpus_per_instance))})
-    return out
+    """Instances of one TP group each on consecutive GPUs of consecutive nodes, as summary.json
+    lists them (``llmservingsim.placement``, without a ``cluster`` key)."""
+    return [p.summary() for p in place(None, instances=instances, tp=gpus_per_instance, pp=1, dp=1,
+                                       gpus_per_node=gpus_per_node, device="device")]
 
 
 def policy_label(spec) -> str:
@@ -371,9 +383,11 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
         outputs.write_csv(Path(trace_steps), cols, rows, atomic=True)
     elif trace_steps is not None and sim.metrics.trace_rows is not None:
         Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
-        outputs.write_csv(Path(trace_steps), TRACE_COLUMNS, (
-            dict(zip(TRACE_COLUMNS, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp),
-                                     fmt_ns(comm), fmt_ns(ovh))))
+        extra = batch_trace(sim.metrics)            # pp > 1: TP vs PP vs inter-node comm per batch
+        cols = TRACE_COLUMNS + list(BATCH_TRACE_COLUMNS) if extra is not None else TRACE_COLUMNS
+        outputs.write_csv(Path(trace_steps), cols, (
+            dict(zip(cols, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp),
+                            fmt_ns(comm), fmt_ns(ovh)) + (tuple(map(fmt_ns, extra[(i, k)])) if extra is not None else ())))
             for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows), atomic=True)
     summary = summarize(sim, calls, progs)
     if sim.dpep is not None:

@@ -68,6 +68,9 @@ def main(args) -> int:
     out = Path(args.out)
     system, raised = upstream_system(sim.device.system_config())
     groups = comm_groups(tp, pp)
+    if comm.layout.multi_node:      # an instance across nodes: the [intra, inter] network (docs/clusters.md)
+        from llmservingsim.inter_node import per_dimension_system
+        groups, system = comm.layout.groups(tp, pp), per_dimension_system(system, 2)
     for k, shape in enumerate(shapes):
         d = out / f"step{k:05d}"
         d.mkdir(parents=True, exist_ok=True)
@@ -75,7 +78,7 @@ def main(args) -> int:
         write_step_folder(d, graphs, system, comm.network_for(shape.num_tokens), groups)
         with astrasim_errors():
             result = system_simulator(sim.device, tp, pp, comm.network_for(shape.num_tokens), system,
-                                      backend=backend).run(graphs)
+                                      backend=backend, groups=groups).run(graphs)
         (d / "expected.json").write_text(json.dumps({
             "finish_ns": {str(r): v for r, v in enumerate(result.finish_ns)},
             "exposed_comm_ns": {str(r): v for r, v in enumerate(result.exposed_comm_ns)},

@@ -76,5 +76,10 @@ def main(args) -> int:
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{par['tp']}{dpep}"
               f" x {cfg['instances']} instance(s); policies "
               + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items()))
+        for entry in summary["placement"]:          # pipeline stages / nodes (docs/clusters.md)
+            if "stages" in entry:
+                print("placement: instance {}: ".format(entry["instance"]) + ", ".join(
+                    f"stage {st['stage']} node {st['node']} GPUs {st['gpus'][0]}-{st['gpus'][-1]}"
+                    for st in entry["stages"]))
         print(summary_text(summary, out, time.perf_counter() - t0))
     return 0

@@ -1,0 +1,60 @@
+"""The pieces ``run._build`` adds for clusters and pipeline parallelism (docs/clusters.md):
+each instance's step timer on its own network layout, and vLLM's async-scheduling rule for
+pp > 1. Single-node instances share the one timer they always had (nothing per step added)."""
+from __future__ import annotations
+
+from typing import Callable
+
+from llmservingsim.errors import ConfigError
+from llmservingsim.rank_layout import layout_for
+
+
+def instance_timers(placements: list, device, make: Callable) -> list:
+    """One step timer per instance, ``make(layout)`` built once per distinct layout (its
+    communication memo shared by the instances laid out alike): ``make(None)``, the timer
+    runs always had, for every instance on one node."""
+    out, made = [], {}
+    for p in placements:
+        layout = layout_for(p, device)
+        key = layout if layout.multi_node else None
+        if key not in made:
+            made[key] = make(key)
+        out.append(made[key])
+    return out
+
+
+def pipeline_async_scheduling(config: dict) -> bool:
+    """vLLM 0.19 with pipeline_parallel_size > 1: async scheduling left at its default is
+    disabled ("not yet supported ... and will be disabled"); asked for explicitly, it is an
+    error ("not yet compatible with pipeline_parallel_size > 1"). The resolved engine says
+    False either way. ``config``: the run config as given to ``build_simulation`` (a loaded file
+    has its defaults filled in, so there the key's own line says it was written)."""
+    if "_lines" in config:
+        given = "engine.async_scheduling" in config["_lines"] and config["engine"].get("async_scheduling")
+    else:
+        given = (config.get("engine") or {}).get("async_scheduling")
+    if given is True:
+        raise ConfigError("vLLM does not run async scheduling with pipeline parallelism (pp > 1): "
+                          "leave engine.async_scheduling unset or set it to false", key="engine.async_scheduling")
+    return False
+
+
+# --trace-steps columns added for pp > 1 (one row per batch): its TP all-reduce and PP send/recv
+# time summed over stages, the part of the send/recv that crossed nodes, launch-to-result latency
+BATCH_TRACE_COLUMNS = ("tp_allreduce_s", "pp_sendrecv_s", "inter_node_s", "latency_s")
+
+
+def record_batches(cluster, metrics) -> None:
+    """Keep each batch's communication breakdown for the step trace (``batch_trace``)."""
+    rows: dict = {}
+    metrics.batch_rows = rows
+
+    def on_batch(inst, step, t):
+        rows[(inst.index, step)] = (t.allreduce_ns, t.sendrecv_ns, t.inter_node_ns, t.latency_ns)
+    for inst in cluster.instances:
+        inst.on_batch = on_batch
+
+
+def batch_trace(metrics):
+    """The rows ``record_batches`` kept, by (instance, step); None when not recorded."""
+    return getattr(metrics, "batch_rows", None)
