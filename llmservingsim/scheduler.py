@@ -51,12 +51,15 @@ class SchedulerOutput:
     scheduled: list = field(default_factory=list)     # [ScheduledRequest] in batch order
     preempted: list = field(default_factory=list)
     num_tokens: int = 0
+    loads: tuple = ()           # kv_tiers: requests whose tier loads start when this step launches
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
 
 
 class Scheduler:
+    tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
+
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
         self.config = config
         self.kv = kv
@@ -135,6 +138,12 @@ class Scheduler:
                     break
                 if not kv.can_fit_full_sequence(req, hits):
                     break
+                if self.tiers is not None and req.num_computed_tokens == 0:
+                    loaded = self._admit_from_tiers(req, hits, num_hit, out)
+                    if loaded is None:
+                        break
+                    if loaded:
+                        continue
                 if not kv.allocate_slots(req, num_new, hits, num_hit):
                     break
                 waiting.pop()
@@ -151,6 +160,28 @@ class Scheduler:
         out.scheduled = list(scheduled.values())
         out.num_tokens = cfg.max_num_batched_tokens - budget
         return out
+
+    def _admit_from_tiers(self, req: Request, hits: list, num_hit: int, out: SchedulerOutput):
+        """kv_tiers: a waiting head whose prompt continues in a tier past its GPU hit gets
+        GPU blocks for the whole hit (published only once loaded) and leaves the queue while
+        its load runs (vLLM's WAITING_FOR_REMOTE_KVS). True: taken; False: no tier hit
+        (admit as usual); None: its blocks cannot be allocated (admission stops)."""
+        kv, tiers = self.kv, self.tiers
+        parts = tiers.lookup(req, len(hits), kv._clock())
+        if not parts:
+            tiers.admitted(req)
+            return False
+        n = sum(len(hs) for _, hs in parts)
+        if not kv.allocate_slots(req, n * kv.block_size, hits, num_hit, publish=False):
+            return None
+        self.waiting.pop()
+        if req.num_cached_tokens < 0:       # first admission: vLLM counts local + external hits
+            req.num_cached_tokens = num_hit + n * kv.block_size
+            kv.prefix_stats.queries += req.prompt_len
+            kv.prefix_stats.hits += num_hit
+        tiers.begin_load(req, len(hits), parts)
+        out.loads = out.loads + (req,)
+        return True
 
     def admission_blocked(self, num_decodes: int):
         """Whether the admission phase admits nothing now and at every next schedule while
@@ -210,6 +241,8 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
+        if self.tiers is not None:
+            self.tiers.forget(req)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1

@@ -15,6 +15,8 @@ import yaml
 
 from llmservingsim.errors import ConfigError, parse_yaml, read_text
 
+from .tier_config import validate_tiers
+
 _NUM = (int, float)
 # key -> (accepted types, default); None default = resolved later / optional
 ENGINE_KEYS = {
@@ -51,6 +53,7 @@ TOP_KEYS = {
     "name": ((str,), None),
     "calibration": ((str,), None),     # CAL.yaml written by `agentservesim calibrate` (relative to the config)
     "network": ((dict,), None),         # backend / topology / gpus (llmservingsim/network_choice.py)
+    "kv_tiers": ((dict,), None),        # CPU / CXL KV tiers (program_layer/tier_config.py)
 }
 PARALLELISM_KEYS = {"tp": ((int,), 1), "pp": ((int,), 1)}
 POLICY_KEYS = {"retention": ((str, dict), "cache-lru"), "scheduling": ((str, dict), "fcfs"),
@@ -115,6 +118,7 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
     cfg["parallelism"] = _check(cfg["parallelism"] or {}, PARALLELISM_KEYS, "parallelism.", source, lines)
     cfg["engine"] = _check(cfg["engine"] or {}, ENGINE_KEYS, "engine.", source, lines)
     cfg["policies"] = _check(cfg["policies"] or {}, POLICY_KEYS, "policies.", source, lines)
+    cfg["kv_tiers"] = validate_tiers(cfg["kv_tiers"], _check, source, lines)
     wl = cfg["workload"]
     if wl is None:
         raise ConfigError("missing workload (give workload.path or workload.generator)", file=source, key="workload")
