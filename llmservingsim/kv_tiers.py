@@ -401,11 +401,8 @@ class InstanceTiers:
             st.tokens[s.name] = st.tokens.get(s.name, 0) + len(hs) * self.kv.block_size
             total += len(hs)
         st.load_ns += load.end_ns - load.start_ns
-        bs = self.kv.block_size
-        req.num_computed_tokens = (load.gpu_blocks + total) * bs
-        self.kv.cache_blocks(req, req.num_computed_tokens)
+        self.sched.load_finished(req, (load.gpu_blocks + total) * self.kv.block_size)
         self.next_store[rid] = load.gpu_blocks + total      # loaded blocks are in a tier already
-        self.sched.waiting.prepend(req)
         if self.inst.current is None:
             self.inst._start(self.inst.loop.now)
 

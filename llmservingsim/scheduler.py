@@ -183,6 +183,14 @@ class Scheduler:
         out.loads = out.loads + (req,)
         return True
 
+    def load_finished(self, req: Request, num_computed: int) -> None:
+        """kv_tiers: the request's tier load landed: its blocks are published, it has
+        ``num_computed`` tokens and waits at the front of the queue (vLLM promotes a
+        WAITING_FOR_REMOTE_KVS request back to WAITING at the head)."""
+        req.num_computed_tokens = num_computed
+        self.kv.cache_blocks(req, num_computed)
+        self.waiting.prepend(req)
+
     def admission_blocked(self, num_decodes: int):
         """Whether the admission phase admits nothing now and at every next schedule while
         only the ``num_decodes`` running decodes run (one token each, every allocation

@@ -79,10 +79,13 @@ def test_every_value_line_carries_a_source_comment(name):
     data = yaml.safe_load(text)
     numeric_leaves = {k for k, v in data.items() if isinstance(v, (int, float))}
     numeric_leaves |= {k for k, v in data["power"].items() if isinstance(v, (int, float))}
+    numeric_leaves |= {k for k, v in (data.get("host_link") or {}).items() if isinstance(v, (int, float))}
     assert numeric_leaves == commented_numeric
     # 4 rates/sizes + gpus_per_node + 3 power figures + the memory model's CUDA total, SM
-    # count and TP non-torch memory (+ the optional collective_latency_ns)
-    assert len(numeric_leaves - {"collective_latency_ns"}) == 11
+    # count and TP non-torch memory (+ the optional collective_latency_ns and the optional
+    # host_link's h2d_gbs, d2h_gbs, latency_us)
+    optional = {"collective_latency_ns", "h2d_gbs", "d2h_gbs", "latency_us"}
+    assert len(numeric_leaves - optional) == 11
 
 
 # ------------------------------------------------------------------ errors
