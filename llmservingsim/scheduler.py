@@ -21,6 +21,7 @@ and ``num_tokens`` of a request.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from .kv_cache_manager import KVCacheManager
@@ -65,6 +66,7 @@ class Scheduler:
         self.kv = kv
         self.running: list[Request] = []
         self.waiting = make_queue(config.policy)
+        self.loaded: deque = deque()    # kv_tiers: landed loads, admitted before the queue
         self.priority_policy = config.policy == "priority"
         self.num_preemptions = 0
         self.num_ff_steps = 0       # steps applied in bulk by fast-forward
@@ -75,7 +77,7 @@ class Scheduler:
         self.waiting.add(req)
 
     def has_work(self) -> bool:
-        return bool(self.running) or bool(self.waiting)
+        return bool(self.running) or bool(self.waiting) or bool(self.loaded)
 
     # ---- schedule -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -131,22 +133,26 @@ class Scheduler:
 
         if not out.preempted:
             waiting = self.waiting
-            while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-                req = waiting.peek()
+            loaded = self.loaded
+            while (loaded or waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
+                req = loaded[0] if loaded else waiting.peek()
                 hits, num_hit, num_new = self._admission_chunk(req, budget)
                 if num_new <= 0:
                     break
                 if not kv.can_fit_full_sequence(req, hits):
                     break
                 if self.tiers is not None and req.num_computed_tokens == 0:
-                    loaded = self._admit_from_tiers(req, hits, num_hit, out)
-                    if loaded is None:
+                    took = self._admit_from_tiers(req, hits, num_hit, out)
+                    if took is None:
                         break
-                    if loaded:
+                    if took:
                         continue
                 if not kv.allocate_slots(req, num_new, hits, num_hit):
                     break
-                waiting.pop()
+                if loaded and req is loaded[0]:
+                    loaded.popleft()
+                else:
+                    waiting.pop()
                 running.append(req)
                 req.status = RequestStatus.RUNNING
                 req.num_computed_tokens += num_hit
@@ -185,11 +191,12 @@ class Scheduler:
 
     def load_finished(self, req: Request, num_computed: int) -> None:
         """kv_tiers: the request's tier load landed: its blocks are published, it has
-        ``num_computed`` tokens and waits at the front of the queue (vLLM promotes a
-        WAITING_FOR_REMOTE_KVS request back to WAITING at the head)."""
+        ``num_computed`` tokens and is admitted before the waiting queue (vLLM puts a
+        WAITING_FOR_REMOTE_KVS request back at the head; ahead of any priority too, since it
+        holds its blocks and a head that cannot fit behind it would wait forever)."""
         req.num_computed_tokens = num_computed
         self.kv.cache_blocks(req, num_computed)
-        self.waiting.prepend(req)
+        self.loaded.append(req)
 
     def admission_blocked(self, num_decodes: int):
         """Whether the admission phase admits nothing now and at every next schedule while
