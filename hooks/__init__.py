@@ -14,10 +14,12 @@ Hooks
 priority          dispatch -> engine queue: the integer q of eq. 4 for a call entering the
                   waiting queue (smaller runs first; release time breaks ties).
 retention         call completion -> what happens to the program's KV (eq. 5-6): release to
-                  the LRU free queue, evict (drop cached content), or protect as a KV entry
-                  with deadline d and value v; also consulted when a successor call arrives.
+                  the LRU free queue, evict (drop cached content), protect as a KV entry
+                  with deadline d and value v, or (with kv_tiers) offload: keep it in the
+                  first lower tier until d; also consulted when a successor call arrives.
 victim_protection the KV manager asks for each entry's eviction key when reclaiming memory
-                  under pressure; entries are reclaimed in ascending key order.
+                  under pressure; entries are reclaimed in ascending key order. A tier asks
+                  the same for its offloaded entries (``KVEntryInfo.tier`` names it).
 residency         the engine reports residency changes of a program's KV entry back to the
                   program layer (protected or not, tokens still resident).
 """
@@ -58,8 +60,10 @@ class RetentionDecision:
     kind: ``"release"`` (blocks go to the engine's LRU free queue, hashes kept: vLLM's own
     behaviour), ``"evict"`` (blocks freed and their cached content dropped), or
     ``"protect"`` (the blocks stay referenced by a KV entry owned by the program until
-    reclaimed under pressure or released; ``deadline_ns`` is d, ``value`` is v).
-    A protect decision with ``deadline_ns <= now`` is a release (paper §3.4: d = c).
+    reclaimed under pressure or released; ``deadline_ns`` is d, ``value`` is v), or
+    ``"offload"`` (kv_tiers: the full blocks are kept in the first lower tier, pinned until
+    d, and the GPU blocks are released as by ``"release"``; without tiers it is a release).
+    A protect or offload decision with ``deadline_ns <= now`` is a release (paper §3.4: d = c).
     """
     kind: str
     deadline_ns: int = 0
@@ -81,6 +85,7 @@ class KVEntryInfo:
     value: Optional[float]
     num_blocks: int
     seq: int                 # creation order, the final deterministic tie-break
+    tier: str = "gpu"        # where the entry lives: "gpu", or a kv_tiers tier ("cpu", "cxl")
 
 
 def default_eviction_key(entry: KVEntryInfo, now_ns: int) -> tuple:
@@ -113,7 +118,8 @@ class VictimProtectionHook(Protocol):
 class ResidencyHook(Protocol):
     def on_residency(self, owner: int, instance: int, resident_tokens: int,
                      protected: bool, now_ns: int) -> None:
-        """The owner's KV entry changed: created, reclaimed, released or evicted."""
+        """The owner's KV entry changed: created, reclaimed, released, evicted or (kv_tiers)
+        offloaded: ``resident_tokens`` counts GPU-resident tokens only."""
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from fractions import Fraction
 from functools import lru_cache
 from math import floor
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 
 from llmservingsim.errors import ConfigError, ProfileError, finite_number, load_json, load_yaml
@@ -48,7 +48,10 @@ _DEVICE_KEYS = {
 # Optional: measured time of a tiny (4 KiB) all-reduce on 2 GPUs, i.e. the fixed cost of one
 # collective. Used only where the device has no fitted collective regimes for the TP size
 # (hardware/overhead/<device>.yaml; execution_graph.GraphCommModel).
-_OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT}
+_OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT, "host_link": "mapping"}
+# Optional: one GPU's copy-engine path to host DRAM, the default link of a kv_tiers CPU tier
+# (llmservingsim/kv_tiers.py): measured host-to-device / device-to-host GB/s and a latency.
+_HOST_LINK_KEYS = ("kind", "h2d_gbs", "d2h_gbs", "latency_us")
 _POWER_KEYS = ("idle_w", "standby_w", "active_w")
 _NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
 _SYSTEM_KEYS = {
@@ -97,6 +100,7 @@ class Device:
     tp_non_torch_gib: float = 0.0    # non-torch memory the TP communicators add (memory_model)
     collective_latency_ns: float = 0.0
     inter_node: Any = None           # inter_node.InterNode: the network between nodes (optional)
+    host_link: Optional[Mapping[str, Any]] = field(default=None, compare=False)   # kind, h2d_gbs, d2h_gbs, latency_us
     _network: Mapping[str, tuple] = field(repr=False, compare=False, default_factory=dict)
     _system: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
@@ -294,7 +298,22 @@ def _build_device(raw: Any, path: Path) -> Device:
                   cuda_memory_bytes=v["cuda_memory_bytes"], sm_count=v["sm_count"],
                   tp_non_torch_gib=v["tp_non_torch_gib"],
                   collective_latency_ns=optional.get("collective_latency_ns", 0.0),
-                  inter_node=inter_node, _network=network, _system=system)
+                  inter_node=inter_node, host_link=_host_link(optional.get("host_link"), path),
+                  _network=network, _system=system)
+
+
+def _host_link(raw: Optional[dict], path: Path) -> Optional[dict]:
+    if raw is None:
+        return None
+    _check_keys(raw, _HOST_LINK_KEYS, path, prefix="host_link.")
+    out = {"kind": _check(raw["kind"], _STR, path, "host_link.kind")}
+    for k in _HOST_LINK_KEYS[1:]:
+        v = _check(raw[k], _FLOAT, path, f"host_link.{k}")
+        if v < 0 or (v == 0 and k != "latency_us"):
+            raise ProfileError("must be > 0" if k != "latency_us" else "must be >= 0",
+                               file=str(path), key=f"host_link.{k}")
+        out[k] = v
+    return out
 
 
 def _build_power(raw: dict, path: Path) -> PowerSpec:

@@ -24,6 +24,8 @@ from .step_timer import StepTimer
 
 
 class Instance:
+    tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
+
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], None],
                  on_step: Optional[Callable] = None, on_decode_step: Optional[Callable] = None,
@@ -82,7 +84,10 @@ class Instance:
             out = self.scheduler.schedule()
         if out:
             self._launch(out, now)
-        elif self.scheduler.waiting and not self.scheduler.running:
+        elif out.loads:                     # kv_tiers: only loads were scheduled
+            self.tiers.start_loads(out.loads, now)
+        elif self.scheduler.waiting and not self.scheduler.running and (
+                self.tiers is None or not self.tiers.loading):      # a tier load will wake it
             head = self.scheduler.waiting.peek()
             raise StuckError(
                 f"instance {self.index} cannot admit request {head.request_id} (program {head.owner}, "
@@ -93,6 +98,8 @@ class Instance:
         for sr in out.scheduled:
             if sr.req.first_scheduled_ns is None:
                 sr.req.first_scheduled_ns = now
+        if out.loads:                       # kv_tiers: loads start as their step launches
+            self.tiers.start_loads(out.loads, now)
         timing = self.timer.time(out)
         self.last_step_ns = timing.total_ns
         self.step_end_ns = now + timing.total_ns
@@ -108,9 +115,14 @@ class Instance:
     def _end_step(self) -> None:
         now = self.loop.now
         out, self.current = self.current, None
-        for req in self.scheduler.update_from_output(out, now):
+        finished = self.scheduler.update_from_output(out, now)
+        if self.tiers is not None:          # kv_tiers: store the step's new full blocks
+            self.tiers.after_step(out, now)
+        for req in finished:
             self._finish(req, now)
         nxt, self.pending = self.pending, None
+        if nxt is not None and not nxt and nxt.loads:   # kv_tiers: a step of loads only
+            self.tiers.start_loads(nxt.loads, now)
         if nxt:
             if self.fast_forward and try_fast_forward(self, nxt):
                 return
@@ -123,12 +135,16 @@ class Instance:
         decision = None
         if self.hooks.retention is not None:
             decision = self.hooks.retention.on_complete(self.call_info(req), now, self.kv.usage())
-            if decision.kind == "protect" and decision.deadline_ns > now:
+            if decision.kind in ("protect", "offload") and decision.deadline_ns > now:
                 self.release_owner_entries(req.owner, self.index, False)
         seq = self.kv.finish(req, decision, now)
         if seq is not None:         # protection lapses at the deadline (an event: policies see it)
             kv, owner = self.kv, req.owner
-            self.loop.schedule(decision.deadline_ns, lambda: kv.expire_entry(owner, seq))
+            if decision.kind == "offload":
+                tiers = self.tiers
+                self.loop.schedule(decision.deadline_ns, lambda: tiers.expire_pin(owner, seq))
+            else:
+                self.loop.schedule(decision.deadline_ns, lambda: kv.expire_entry(owner, seq))
 
     # ---- checks -------------------------------------------------------------------------
     def check_fits(self, req: Request) -> None:

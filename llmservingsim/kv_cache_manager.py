@@ -58,6 +58,8 @@ class PrefixStats:
 
 
 class KVCacheManager:
+    tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
+
     def __init__(self, num_blocks: int, block_size: int = 16, enable_caching: bool = True,
                  clock: Callable[[], int] = lambda: 0, hooks: Optional[Hooks] = None,
                  instance: int = 0):
@@ -156,9 +158,10 @@ class KVCacheManager:
         return need <= free or self._reclaim(need, req.owner, dry_run=True, hits=hits)
 
     def allocate_slots(self, req: Request, num_new_tokens: int,
-                       hits: list[KVBlock] = (), num_hit_tokens: int = 0) -> bool:
+                       hits: list[KVBlock] = (), num_hit_tokens: int = 0, publish: bool = True) -> bool:
         """Reserve blocks for ``num_new_tokens`` more tokens (after ``hits``); publish full
-        blocks. Returns False, with nothing touched, when the blocks cannot be found."""
+        blocks (``publish=False``: a tier load's destination, published when it lands).
+        Returns False, with nothing touched, when the blocks cannot be found."""
         held = self.req_blocks.get(req.request_id)
         num_held = len(held) if held is not None else 0
         total = req.num_computed_tokens + num_hit_tokens + num_new_tokens
@@ -188,7 +191,8 @@ class KVCacheManager:
                 self.num_cached_blocks[req.request_id] = len(hits)
         if num_new_blocks:
             held.extend(self.pool.get_new_blocks(num_new_blocks))
-        self.cache_blocks(req, min(total, req.num_tokens))
+        if publish:
+            self.cache_blocks(req, min(total, req.num_tokens))
         return True
 
     def append_new_block(self, req: Request) -> None:
@@ -222,10 +226,21 @@ class KVCacheManager:
     def finish(self, req: Request, decision: Optional[RetentionDecision], now_ns: int) -> Optional[int]:
         """Apply a completed request's retention decision to its blocks. Returns the new
         entry's sequence number when it protected them (the caller schedules its expiry)."""
+        if self.tiers is not None and (decision is None or decision.kind != "offload"):
+            self.tiers.forget(req)
         if decision is None or decision.kind in ("release", "none") or (
-                decision.kind == "protect" and decision.deadline_ns <= now_ns):
+                decision.kind in ("protect", "offload") and decision.deadline_ns <= now_ns):
             self.free(req)
             return
+        if decision.kind == "offload":      # kv_tiers: the GPU blocks are released (cached
+            self.release_entry(req.owner)   # until reused); the tier keeps the context
+            seq = None
+            if self.tiers is not None:
+                seq = self.tiers.offload(req, decision.deadline_ns, decision.value, now_ns)
+                self.tiers.forget(req)
+            self.free(req)
+            self._report(req.owner, 0, False, now_ns)
+            return seq
         if decision.kind == "evict":
             self.free(req, drop_content=True)
             return

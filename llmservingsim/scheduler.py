@@ -21,6 +21,7 @@ and ``num_tokens`` of a request.
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from .kv_cache_manager import KVCacheManager
@@ -51,17 +52,21 @@ class SchedulerOutput:
     scheduled: list = field(default_factory=list)     # [ScheduledRequest] in batch order
     preempted: list = field(default_factory=list)
     num_tokens: int = 0
+    loads: tuple = ()           # kv_tiers: requests whose tier loads start when this step launches
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
 
 
 class Scheduler:
+    tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
+
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
         self.config = config
         self.kv = kv
         self.running: list[Request] = []
         self.waiting = make_queue(config.policy)
+        self.loaded: deque = deque()    # kv_tiers: landed loads, admitted before the queue
         self.priority_policy = config.policy == "priority"
         self.num_preemptions = 0
         self.num_ff_steps = 0       # steps applied in bulk by fast-forward
@@ -75,7 +80,7 @@ class Scheduler:
         self.waiting.add(req)
 
     def has_work(self) -> bool:
-        return bool(self.running) or bool(self.waiting)
+        return bool(self.running) or bool(self.waiting) or bool(self.loaded)
 
     # ---- schedule -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -135,16 +140,26 @@ class Scheduler:
 
         if not out.preempted:
             waiting = self.waiting
-            while waiting and budget > 0 and len(running) < cfg.max_num_seqs:
-                req = waiting.peek()
+            loaded = self.loaded
+            while (loaded or waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
+                req = loaded[0] if loaded else waiting.peek()
                 hits, num_hit, num_new = self._admission_chunk(req, budget)
                 if num_new <= 0:
                     break
                 if not kv.can_fit_full_sequence(req, hits):
                     break
+                if self.tiers is not None and req.num_computed_tokens == 0:
+                    took = self._admit_from_tiers(req, hits, num_hit, out)
+                    if took is None:
+                        break
+                    if took:
+                        continue
                 if not kv.allocate_slots(req, num_new, hits, num_hit):
                     break
-                waiting.pop()
+                if loaded and req is loaded[0]:
+                    loaded.popleft()
+                else:
+                    waiting.pop()
                 running.append(req)
                 req.status = RequestStatus.RUNNING
                 req.num_computed_tokens += num_hit
@@ -158,6 +173,37 @@ class Scheduler:
         out.scheduled = list(scheduled.values())
         out.num_tokens = cfg.max_num_batched_tokens - budget
         return out
+
+    def _admit_from_tiers(self, req: Request, hits: list, num_hit: int, out: SchedulerOutput):
+        """kv_tiers: a waiting head whose prompt continues in a tier past its GPU hit gets
+        GPU blocks for the whole hit (published only once loaded) and leaves the queue while
+        its load runs (vLLM's WAITING_FOR_REMOTE_KVS). True: taken; False: no tier hit
+        (admit as usual); None: its blocks cannot be allocated (admission stops)."""
+        kv, tiers = self.kv, self.tiers
+        parts = tiers.lookup(req, len(hits), kv._clock())
+        if not parts:
+            tiers.admitted(req)
+            return False
+        n = sum(len(hs) for _, hs in parts)
+        if not kv.allocate_slots(req, n * kv.block_size, hits, num_hit, publish=False):
+            return None
+        self.waiting.pop()
+        if req.num_cached_tokens < 0:       # first admission: vLLM counts local + external hits
+            req.num_cached_tokens = num_hit + n * kv.block_size
+            kv.prefix_stats.queries += req.prompt_len
+            kv.prefix_stats.hits += num_hit
+        tiers.begin_load(req, len(hits), parts)
+        out.loads = out.loads + (req,)
+        return True
+
+    def load_finished(self, req: Request, num_computed: int) -> None:
+        """kv_tiers: the request's tier load landed: its blocks are published, it has
+        ``num_computed`` tokens and is admitted before the waiting queue (vLLM puts a
+        WAITING_FOR_REMOTE_KVS request back at the head; ahead of any priority too, since it
+        holds its blocks and a head that cannot fit behind it would wait forever)."""
+        req.num_computed_tokens = num_computed
+        self.kv.cache_blocks(req, num_computed)
+        self.loaded.append(req)
 
     def admission_blocked(self, num_decodes: int):
         """Whether the admission phase admits nothing now and at every next schedule while
@@ -217,6 +263,8 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
+        if self.tiers is not None:
+            self.tiers.forget(req)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1

@@ -15,6 +15,8 @@ import yaml
 
 from llmservingsim.errors import ConfigError, parse_yaml, read_text
 
+from .tier_config import validate_tiers
+
 _NUM = (int, float)
 # key -> (accepted types, default); None default = resolved later / optional
 ENGINE_KEYS = {
@@ -52,6 +54,7 @@ TOP_KEYS = {
     "calibration": ((str,), None),     # CAL.yaml written by `agentservesim calibrate` (relative to the config)
     "network": ((dict,), None),         # backend / topology / gpus (llmservingsim/network_choice.py)
     "cluster": ((dict,), None),         # nodes / placement (llmservingsim/placement.py, docs/clusters.md)
+    "kv_tiers": ((dict,), None),        # CPU / CXL KV tiers (program_layer/tier_config.py)
 }
 # dp, ep: data and expert parallelism inside one instance (docs/data-expert-parallel.md);
 # ep is 1 (off) or dp x tp (vLLM's --enable-expert-parallel), checked against the model in run.py
@@ -118,6 +121,7 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
     cfg["parallelism"] = _check(cfg["parallelism"] or {}, PARALLELISM_KEYS, "parallelism.", source, lines)
     cfg["engine"] = _check(cfg["engine"] or {}, ENGINE_KEYS, "engine.", source, lines)
     cfg["policies"] = _check(cfg["policies"] or {}, POLICY_KEYS, "policies.", source, lines)
+    cfg["kv_tiers"] = validate_tiers(cfg["kv_tiers"], _check, source, lines)
     wl = cfg["workload"]
     if wl is None:
         raise ConfigError("missing workload (give workload.path or workload.generator)", file=source, key="workload")

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from . import config as C
+from . import tier_config as T
 
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -29,6 +30,8 @@ SECTIONS = (
     ("engine.", "ENGINE_KEYS", C.ENGINE_KEYS),
     ("policies.", "POLICY_KEYS", C.POLICY_KEYS),
     ("workload.", "WORKLOAD_KEYS", C.WORKLOAD_KEYS),
+    ("kv_tiers.", "TIER_KEYS", T.TIER_KEYS),
+    ("kv_tiers.cpu.", "TIER_LINK_KEYS", T.TIER_LINK_KEYS),
 )
 
 #: One description per dotted key. Keep in step with program_layer/config.py (render checks).
@@ -68,6 +71,24 @@ DESCRIPTIONS: dict[str, str] = {
                    "config): its `calibration.framework` terms replace the device's fitted "
                    "framework overhead. The file's `calibration.applies_to.hardware` must equal "
                    "`hardware` (docs/validation.md).",
+    "kv_tiers": "KV memory tiers below GPU memory after vLLM's native KV offloading: a CPU DRAM "
+                "tier and optionally a CXL tier (keys below; docs/kv-tiers.md). Absent: no tiers, "
+                "nothing changes. A retention decision `(\"offload\", until)` keeps a context there.",
+    # kv_tiers
+    "kv_tiers.shared": "One tier store per node, shared by its instances (each keeps its own "
+                       "link); false: one per instance.",
+    "kv_tiers.eviction": "The tier's eviction policy: `lru` (vLLM's LRUOffloadingManager).",
+    "kv_tiers.cpu": "The CPU DRAM tier (required when `kv_tiers` is given); keys as "
+                    "`kv_tiers.cpu.*` below.",
+    "kv_tiers.cxl": "Optional CXL tier below the CPU tier (CPU evictions move there); same keys, "
+                    "but `bandwidth_gbs` (or `h2d_gbs` and `d2h_gbs`) and `latency_us` are required.",
+    "kv_tiers.cpu.capacity_gib": "Tier size in GiB for one instance's KV (all its GPUs' shards; "
+                                 "with `shared`, the node's); required.",
+    "kv_tiers.cpu.bandwidth_gbs": "Link bandwidth per GPU, decimal GB/s, both directions "
+                                  "(default: the device YAML's `host_link`).",
+    "kv_tiers.cpu.h2d_gbs": "Host-to-device GB/s per GPU (loads); default `host_link.h2d_gbs`.",
+    "kv_tiers.cpu.d2h_gbs": "Device-to-host GB/s per GPU (stores); default `host_link.d2h_gbs`.",
+    "kv_tiers.cpu.latency_us": "Fixed cost of one transfer in us; default `host_link.latency_us`.",
     # parallelism
     "parallelism.tp": "Tensor-parallel degree (>= 1). Needs a `tp<N>` folder in the bundle.",
     "parallelism.pp": "Pipeline-parallel degree (>= 1): layers split over `pp` stages that run "
@@ -166,7 +187,8 @@ def check_descriptions() -> None:
 def _key_tables() -> list[str]:
     out = []
     titles = {"": "Top level", "parallelism.": "`parallelism:`", "engine.": "`engine:`",
-              "policies.": "`policies:`", "workload.": "`workload:`"}
+              "policies.": "`policies:`", "workload.": "`workload:`", "kv_tiers.": "`kv_tiers:`",
+              "kv_tiers.cpu.": "`kv_tiers.cpu:` and `kv_tiers.cxl:`"}
     for prefix, table_name, table in SECTIONS:
         out += [f"## {titles[prefix]} (`{table_name}`)", "",
                 "| key | type | default | description |", "|---|---|---|---|"]

@@ -99,7 +99,7 @@ class ProgramControlBlock:
         """A retention decision in engine terms (after the release-if-expired rule). At a
         completion the decision concerns the call's whole context on ``instance``; at an
         arrival it concerns the existing entry, wherever it is."""
-        if at_completion and kind in ("protect", "release"):
+        if at_completion and kind in ("protect", "release", "offload"):
             # released blocks go to the engine's LRU free queue: still cached until reused
             self.kv_instance = instance
             self.kv_resident_tokens = self.context_tokens
@@ -107,7 +107,7 @@ class ProgramControlBlock:
             self.kv_entry = True
             self.kv_deadline_ns = deadline_ns
             self.kv_value = value
-        elif kind == "release":
+        elif kind in ("release", "offload"):    # offload: the GPU blocks are released
             self._drop_entry()
         elif kind == "evict":
             self._drop_entry()

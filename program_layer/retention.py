@@ -6,12 +6,16 @@ Policy decisions -> engine terms:
                                   value) ; a deadline <= now is a release (d = c, §3.4).
                                   ``until`` is absolute simulated seconds: it must be a finite
                                   number >= 0 (a negative one is a TTL mistaken for a time)
+  ("offload", until[, value])  -> RetentionDecision("offload", ...): with kv_tiers, keep the
+                                  context in the first lower tier until ``until`` (the GPU
+                                  blocks are released); without tiers a release. Same
+                                  deadline rules as protect
   "release" / "evict"          -> RELEASE / EVICT
   "none"                       -> NONE on arrival (leave the entry as it is); at completion
                                   there is no entry yet, so it means the engine default,
                                   RELEASE (vLLM's own behaviour)
 On arrival the engine acts only on RELEASE and EVICT (the entry is about to be reused by the
-arriving call); a valid ("protect", ...) there is therefore returned as NONE, so the PCB and
+arriving call); a valid ("protect", ...) or ("offload", ...) there is therefore returned as NONE, so the PCB and
 the engine agree that the existing entry keeps its deadline.
 A policy that raises (any ``BaseException`` but a genuine interrupt: policies/checks.py) or
 returns anything else raises ``PolicyError``.
@@ -36,7 +40,7 @@ _SIMPLE = {"release": RELEASE, "evict": EVICT, "none": NONE}
 class EntryView(ReadOnly):
     """A retained KV entry as a policy's ``eviction_key(entry, now)`` sees it (seconds)."""
     __slots__ = ("owner", "instance", "created_s", "deadline_s", "value", "num_blocks", "seq",
-                 "protected", "program")
+                 "protected", "program", "tier")
 
     def __init__(self, entry: KVEntryInfo, now_ns: int, program: Optional[PCBView]):
         put = object.__setattr__
@@ -49,6 +53,7 @@ class EntryView(ReadOnly):
         put(self, "seq", entry.seq)
         put(self, "protected", now_ns < entry.deadline_ns)
         put(self, "program", program)
+        put(self, "tier", entry.tier)           # "gpu", or the kv_tiers tier holding it
 
 
 class RetentionPlane:
@@ -78,7 +83,7 @@ class RetentionPlane:
             decision = to_engine_decision(raw, now_ns)
         except BaseException as exc:
             raise policy_failure(exc, "retention", self.policy, view, now_ns, "on_turn_arrival") from exc
-        return NONE if decision.kind == "protect" else decision
+        return NONE if decision.kind in ("protect", "offload") else decision
 
     def eviction_key(self, entry: KVEntryInfo, program: Optional[PCBView],
                      now_ns: int) -> tuple:
@@ -109,21 +114,23 @@ def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
         decision = _SIMPLE.get(raw)
         if decision is None:
             raise InvalidDecision(f"returned {raw!r}; expected ('protect', until[, value]), "
-                                  f"'release', 'evict' or 'none'")
+                                  f"('offload', until[, value]), 'release', 'evict' or 'none'")
         return decision
-    if isinstance(raw, (tuple, list)) and len(raw) in (2, 3) and raw[0] == "protect":
-        until = as_finite(raw[1], "protect deadline 'until'")
+    if isinstance(raw, (tuple, list)) and len(raw) in (2, 3) and raw[0] in ("protect", "offload"):
+        kind = raw[0]
+        until = as_finite(raw[1], f"{kind} deadline 'until'")
         if until < 0:
-            raise InvalidDecision(f"protect deadline 'until' must be >= 0, got {until!r}: it is an "
+            raise InvalidDecision(f"{kind} deadline 'until' must be >= 0, got {until!r}: it is an "
                                   f"absolute simulated time in seconds (e.g. now + ttl), not a TTL")
         value = None
         if len(raw) == 3 and raw[2] is not None:
-            value = as_finite(raw[2], "protect value")
+            value = as_finite(raw[2], f"{kind} value")
         if not math.isfinite(until * NS_PER_S):
-            raise InvalidDecision(f"protect deadline 'until' {until!r} s is too large")
+            raise InvalidDecision(f"{kind} deadline 'until' {until!r} s is too large")
         deadline_ns = int(round(until * NS_PER_S))
         if deadline_ns <= now_ns:
             return RELEASE
-        return RetentionDecision("protect", deadline_ns=deadline_ns, value=value)
+        return RetentionDecision(kind, deadline_ns=deadline_ns, value=value)
     raise InvalidDecision(f"returned {raw!r} ({type(raw).__name__}); expected "
-                          f"('protect', until[, value]), 'release', 'evict' or 'none'")
+                          f"('protect', until[, value]), ('offload', until[, value]), 'release', "
+                          f"'evict' or 'none'")

@@ -39,6 +39,7 @@ from .policies.builtin_retention import CacheLRU
 from .policies.checks import signals_recorded
 from .program_hooks import ProgramHooks
 from .retention import RetentionPlane
+from .tier_outputs import add_tier_columns, tier_summary
 from .workload_io import load_workload
 
 
@@ -201,6 +202,12 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         dpep = add_dp_servers(cluster, cfg["instances"], dp, engine_core, timer, dpep, metrics)
     if pp > 1 and trace_steps:
         record_batches(cluster, metrics)
+    if cfg.get("kv_tiers") is not None:         # CPU / CXL KV tiers (docs/kv-tiers.md)
+        if pp > 1 or dp > 1:
+            raise ConfigError("KV tiers with pipeline or data parallelism are not modelled "
+                              "(kv_tiers needs pp: 1 and dp: 1)", key="kv_tiers")
+        from .tier_outputs import attach_cluster_tiers
+        attach_cluster_tiers(cluster, cfg["kv_tiers"], device, mem, tp * pp, hooks)
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
@@ -283,6 +290,7 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
         "timeseries_interval_s": sim.metrics.interval_s(end_ns),
         "engine": {k: sim.engine[k] for k in sorted(sim.engine)},
         "workload": sim.workload_source if not Path(sim.workload_source).is_absolute() else Path(sim.workload_source).name,
+        **tier_summary(sim.cluster),        # "kv_tiers" only when configured
     }
 
 
@@ -367,7 +375,7 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     if calls is None:
         calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)
     progs = outputs.program_rows(sim.orchestrator.program_results())
-    outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS, calls)
+    outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS + add_tier_columns(sim.cluster, calls), calls)
     outputs.write_csv(out_dir / "programs.csv", outputs.PROGRAM_COLUMNS, progs)
     power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
     ts = sim.metrics.rows(sim.end_ns(), sim.memory.kv_bytes_per_token * sim.memory.block_size,

@@ -4,7 +4,7 @@
 """
 from .base import (InflightLoad, RetentionPolicy, RoutingPolicy, SchedulingPolicy, Signals,
                    policy_label)
-from .builtin_retention import TTL, CacheLRU, ContinuumTTL, EvictAlways, PressureTTL
+from .builtin_retention import TTL, CacheLRU, ContinuumTTL, EvictAlways, OffloadTTL, PressureTTL
 from .builtin_routing import LeastLoaded, RoundRobin, SessionAffinity
 from .builtin_scheduling import FCFS, PLAS, ProgramFCFS
 from .loader import AXES, BUILTINS, load_policy
@@ -13,6 +13,6 @@ from .min_waste import MinWaste
 __all__ = [
     "RetentionPolicy", "SchedulingPolicy", "RoutingPolicy", "Signals", "InflightLoad",
     "policy_label", "load_policy", "AXES", "BUILTINS",
-    "EvictAlways", "CacheLRU", "TTL", "PressureTTL", "ContinuumTTL", "MinWaste",
+    "EvictAlways", "CacheLRU", "TTL", "PressureTTL", "ContinuumTTL", "MinWaste", "OffloadTTL",
     "FCFS", "ProgramFCFS", "PLAS", "RoundRobin", "LeastLoaded", "SessionAffinity",
 ]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 from llmservingsim.errors import ConfigError, SimError
 
 from .base import RetentionPolicy, RoutingPolicy, SchedulingPolicy
-from .builtin_retention import TTL, CacheLRU, ContinuumTTL, EvictAlways, PressureTTL
+from .builtin_retention import TTL, CacheLRU, ContinuumTTL, EvictAlways, OffloadTTL, PressureTTL
 from .builtin_routing import LeastLoaded, RoundRobin, SessionAffinity
 from .builtin_scheduling import FCFS, PLAS, ProgramFCFS
 from .checks import is_interrupt
@@ -34,7 +34,7 @@ AXES = {"retention": RetentionPolicy, "scheduling": SchedulingPolicy, "routing":
 
 BUILTINS: dict[str, dict[str, type]] = {
     "retention": {c.name: c for c in (EvictAlways, CacheLRU, TTL, PressureTTL, ContinuumTTL,
-                                      MinWaste)},
+                                      MinWaste, OffloadTTL)},
     "scheduling": {c.name: c for c in (FCFS, ProgramFCFS, PLAS)},
     "routing": {c.name: c for c in (RoundRobin, LeastLoaded, SessionAffinity)},
 }

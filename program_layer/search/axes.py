@@ -27,7 +27,7 @@ BASE_NAMES = {"retention": "RetentionPolicy", "scheduling": "SchedulingPolicy", 
 AXIS_OF_BASE = {name: axis for axis, name in BASE_NAMES.items()}
 
 BUILTINS = {
-    "retention": ("evict-always", "cache-lru", "ttl", "pressure-ttl", "continuum", "min-waste"),
+    "retention": ("evict-always", "cache-lru", "ttl", "pressure-ttl", "continuum", "min-waste", "offload-ttl"),
     "scheduling": ("fcfs", "program-fcfs", "plas"),
     "routing": ("round-robin", "least-loaded", "session-affinity"),
 }

@@ -59,7 +59,7 @@ SIGNAL_FIELDS = ("instance", "kv_utilization", "num_running", "num_waiting", "in
 INFLIGHT_FIELDS = ("num_running", "num_waiting", "kv_utilization", "kv_used_tokens",
                    "kv_pool_tokens", "inflight_tokens")
 ENTRY_FIELDS = ("owner", "instance", "created_s", "deadline_s", "value", "num_blocks", "seq",
-                "protected")
+                "protected", "tier")
 
 _view_values = attrgetter(*VIEW_FIELDS)
 _signal_values = attrgetter(*SIGNAL_FIELDS)

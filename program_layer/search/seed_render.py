@@ -92,6 +92,32 @@ _BODIES = {
     def on_turn_arrival(self, pcb, now):
         return "release"
 ''',
+    "offload-ttl": '''\
+    SHORT_S = 2.0
+    QUANTILE = 0.9
+    DEFAULT_S = 2.0
+    SLACK_S = 30.0
+
+    def predicted_gap_s(self, pcb):
+        """0.9 quantile (linear interpolation) of the observed gaps of the tool just entered."""
+        xs = sorted(pcb.tool_gap_history(pcb.tool_name))
+        if not xs:
+            return self.DEFAULT_S
+        h = (len(xs) - 1) * self.QUANTILE
+        lo = math.floor(h)
+        if lo + 1 >= len(xs):
+            return float(xs[-1])
+        return float(xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo]))
+
+    def on_turn_complete(self, pcb, request_id, now):
+        gap = self.predicted_gap_s(pcb)
+        if gap <= self.SHORT_S:             # a short tool call: keep the KV in GPU memory
+            return ("protect", now + self.SHORT_S)
+        return ("offload", now + gap + self.SLACK_S)    # a long one: park it in the CPU tier
+
+    def on_turn_arrival(self, pcb, now):
+        return "release"
+''',
     "fcfs": '''\
     engine_args = {"scheduling_policy": "fcfs"}
 

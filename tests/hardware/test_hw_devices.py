@@ -79,12 +79,16 @@ def test_every_value_line_carries_a_source_comment(name):
     data = yaml.safe_load(text)
     numeric_leaves = {k for k, v in data.items() if isinstance(v, (int, float))}
     numeric_leaves |= {k for k, v in data["power"].items() if isinstance(v, (int, float))}
-    # the optional network between nodes (docs/clusters.md): NIC rate and hop latency
+    # the optional network between nodes (docs/clusters.md): NIC rate and hop latency, and the
+    # optional KV-offload host link (docs/kv-tiers.md)
     numeric_leaves |= {k for k, v in (data.get("inter_node") or {}).items() if isinstance(v, (int, float))}
+    numeric_leaves |= {k for k, v in (data.get("host_link") or {}).items() if isinstance(v, (int, float))}
     assert numeric_leaves == commented_numeric
     # 4 rates/sizes + gpus_per_node + 3 power figures + the memory model's CUDA total, SM
-    # count and TP non-torch memory (+ the optional collective_latency_ns and inter_node figures)
-    assert len(numeric_leaves - {"collective_latency_ns", "nic_gbps", "latency_ns"}) == 11
+    # count and TP non-torch memory (+ the optional collective_latency_ns, inter_node and
+    # host_link figures)
+    optional = {"collective_latency_ns", "nic_gbps", "latency_ns", "h2d_gbs", "d2h_gbs", "latency_us"}
+    assert len(numeric_leaves - optional) == 11
 
 
 # ------------------------------------------------------------------ errors

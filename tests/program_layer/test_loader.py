@@ -34,7 +34,7 @@ def test_unknown_name_lists_valid_names():
         load_policy("retention", "lru", base_dir=REPO)
     msg = str(err.value)
     assert msg.startswith("key 'policies.retention': unknown retention policy 'lru'")
-    assert "valid names: cache-lru, continuum, evict-always, min-waste, pressure-ttl, ttl" in msg
+    assert "valid names: cache-lru, continuum, evict-always, min-waste, offload-ttl, pressure-ttl, ttl" in msg
     with pytest.raises(ConfigError, match="key 'policies.routing'.*least-loaded, round-robin"):
         load_policy("routing", "random", base_dir=REPO)
 

@@ -46,12 +46,13 @@ def test_retention_decisions_convert_to_engine_terms():
 
 
 @pytest.mark.parametrize("raw, detail", [
-    ("keep", "returned 'keep'; expected ('protect', until[, value]), 'release', 'evict' or 'none'"),
+    ("keep", "returned 'keep'; expected ('protect', until[, value]), ('offload', until[, value]), "
+             "'release', 'evict' or 'none'"),
     (("protect", float("nan")), "protect deadline 'until' must be finite, got nan"),
     (("protect", "7"), "protect deadline 'until' must be a number, got '7' (str)"),
     (("protect", 7.0, float("inf")), "protect value must be finite, got inf"),
-    (None, "returned None (NoneType); expected ('protect', until[, value]), 'release', "
-           "'evict' or 'none'"),
+    (None, "returned None (NoneType); expected ('protect', until[, value]), ('offload', until[, value]), "
+           "'release', 'evict' or 'none'"),
 ])
 def test_invalid_retention_decisions_raise_policy_error(raw, detail):
     plane = RetentionPlane(Fixed(raw))
