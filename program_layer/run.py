@@ -128,7 +128,7 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
     bundle = load_or_derive(device.name, model.name, tp, root=Path(prof_root) if prof_root else None,
-                            tp_key="parallelism.tp")
+                            tp_key="parallelism.tp", device=device, spec=model)
     mem = plan_memory(model, device, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
                       engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"])
     if mem.num_blocks < 2:
