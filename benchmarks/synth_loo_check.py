@@ -11,7 +11,10 @@ benchmarks/derive_tp_check.py does: ``PerformanceModel.compute_us`` of pure-deco
 (128-8k tokens, no prior context: 7 shapes), |synthesized / measured - 1|, median and 90th
 percentile, decode and prefill apart and together. A bundle without the tables to price a
 step (a MoE bundle without moe.csv) is listed as such. The fitted terms of each fold are
-printed too. Same inputs, same output.
+printed too. Last, the shipped fit's Llama-3.1-70B batch-1 decode (context 1024) on the
+datasheet-only devices at TP 1/2/4/8, against the weight-streaming bound, both with the
+device's ring all-reduces (2 per layer), as benchmarks/derive_tp_check.py does for B200.
+Same inputs, same output.
 """
 from __future__ import annotations
 
@@ -48,6 +51,25 @@ def shapes(bundle):
 
 def _pct(x: np.ndarray) -> str:
     return f"{100 * np.median(x):.1f} / {100 * np.percentile(x, 90):.1f}"
+
+
+def tp_scaling(tmp: Path) -> list[str]:
+    """Batch-1 decode of Llama-3.1-70B at context 1024 on synthesized bundles (shipped fit)."""
+    name = "meta-llama/Llama-3.1-70B"
+    model = load_model(name)
+    lines = ["| device | TP | bound (µs) | synthesized compute + comm (µs) | / bound |", "|---|---:|---:|---:|---:|"]
+    shape = batch_shape([], [1024])
+    for hw in ("H100", "H200", "A100", "MI300X"):
+        dev = load_device(hw)
+        for tp in (1, 2, 4, 8):
+            out = tmp / "tp" / hw / name / "bf16" / f"tp{tp}"
+            synthesize(dev, model, tp, out)
+            b = load_bundle(hw, name, tp, root=tmp / "tp", cache=False)
+            comm = 2 * model.num_layers * dev.allreduce_ns(model.hidden_size * model.dtype_bytes, tp) / 1000.0
+            bound = model.weight_bytes_per_rank(tp) / (dev.memory_bandwidth_gbs * 1e3) + comm
+            t = PerformanceModel(model, b).compute_us(shape) + comm
+            lines.append(f"| {hw} | {tp} | {bound:.1f} | {t:.1f} | {t / bound:.2f} |")
+    return lines
 
 
 def main(argv=None) -> int:
@@ -98,6 +120,9 @@ def main(argv=None) -> int:
             e = fit.for_class(c)
             cells.append(f"{e.bandwidth:.3f} / {e.compute:.3f} / {e.launch_us:.2f}" + ("" if c in fit.classes else " (gemm)"))
         print(f"| {held} | " + " | ".join(cells) + " |")
+    print()
+    with tempfile.TemporaryDirectory() as tmp:
+        print("\n".join(tp_scaling(Path(tmp))))
     return 0
 
 

@@ -73,6 +73,8 @@ def main(args) -> int:
     if not args.quiet:
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{cfg['parallelism']['tp']}"
               f" x {cfg['instances']} instance(s); policies "
-              + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items()))
+              + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items())
+              # a bundle that is not a measurement says so in the header (derived, synthesized)
+              + ("" if summary["bundle"]["provenance"] == "measured" else f"; bundle {summary['bundle']['provenance']}"))
         print(summary_text(summary, out, time.perf_counter() - t0))
     return 0

@@ -179,3 +179,16 @@ def test_cli_bad_tp_is_one_line_exit_2(tmp_path):
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "key '--tp'" in r.stderr and "TP=3 does not divide them" in r.stderr
+
+
+def test_the_run_header_says_the_bundle_is_synthesized(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("hardware: MI300X\nmodel: meta-llama/Llama-3.1-8B\n"
+                   "workload: {generator: bfcl, programs: 1, rate_jps: 1.0}\n")
+    r = subprocess.run([sys.executable, "-m", "program_layer.cli", "run", str(cfg), "--out", str(tmp_path / "o")],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("c.yaml: meta-llama/Llama-3.1-8B on MI300X TP1")
+    assert lines[0].endswith("; bundle synthesized from datasheet on the fly")
+    assert "(synthesized from datasheet on the fly bundle; overhead: no measurement on this device" in r.stdout
