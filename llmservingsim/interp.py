@@ -9,8 +9,6 @@ from __future__ import annotations
 import bisect
 from typing import Sequence
 
-import numpy as np
-
 
 def bracket(xs: Sequence[float], x: float) -> tuple[int, float]:
     """Index i and weight w such that value = (1-w)*v[i] + w*v[i+1]."""
@@ -29,7 +27,7 @@ class Table1D:
     __slots__ = ("xs", "ys", "_cache", "clamp")
 
     def __init__(self, xs: Sequence[float], ys: Sequence[float], clamp: bool = False):
-        order = np.argsort(np.asarray(xs, dtype=float), kind="stable")
+        order = sorted(range(len(xs)), key=lambda i: float(xs[i]))     # stable, as argsort's
         self.xs = [float(xs[i]) for i in order]
         self.ys = [float(ys[i]) for i in order]
         self._cache: dict = {}
@@ -50,15 +48,24 @@ class Table1D:
 
 
 class GridND:
-    """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``."""
+    """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``.
 
-    __slots__ = ("axes", "values", "_rows", "_nested")
+    ``values`` is a numpy array or nested lists (one level per axis); the grid keeps nested
+    lists of Python floats (no numpy scalar per lookup, and no numpy import on a run's path)."""
 
-    def __init__(self, axes: Sequence[Sequence[float]], values: np.ndarray):
+    __slots__ = ("axes", "_rows", "_nested")
+
+    def __init__(self, axes: Sequence[Sequence[float]], values):
         self.axes = [list(map(float, a)) for a in axes]
-        self.values = np.asarray(values, dtype=float)
-        self._rows = self.values.tolist() if self.values.ndim == 2 else None
-        self._nested = self.values.tolist()     # python floats: no numpy scalar per lookup
+        self._nested = (values.astype(float).tolist() if hasattr(values, "astype")
+                        else _float_lists(values, len(self.axes)))
+        self._rows = self._nested if len(self.axes) == 2 else None
+
+    @property
+    def values(self):
+        """The grid as a numpy array (a copy)."""
+        import numpy as np
+        return np.asarray(self._nested, dtype=float)
 
     def __call__(self, *point: float) -> float:
         if len(point) == 2:
@@ -107,3 +114,10 @@ class GridND:
         lo = r0[j] + u * (r0[j1] - r0[j])
         hi = r1[j] + u * (r1[j1] - r1[j])
         return lo + w * (hi - lo)
+
+
+def _float_lists(values, depth: int) -> list:
+    """``values`` (nested sequences ``depth`` deep) as nested lists of floats."""
+    if depth == 1:
+        return [float(v) for v in values]
+    return [_float_lists(v, depth - 1) for v in values]

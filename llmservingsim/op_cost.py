@@ -32,7 +32,6 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 
 from .model_config import ModelSpec
 
@@ -167,11 +166,12 @@ class Roofline:
         return self.launch_us + max(w.bytes / (self.bandwidth_gbs * 1e3), w.flops / (self.tflops * 1e6))
 
 
-def size_weights(keys: Sequence[tuple], works: Sequence[Work]) -> np.ndarray:
+def size_weights(keys: Sequence[tuple], works: Sequence[Work]) -> Sequence[float]:
     """Fit weights that give every (key, octave of bytes, octave of FLOPs) bucket the same
     total weight. Why: profile grids are dense at large sizes (dense.csv steps by 16 tokens up
     to 2k-16k), so an unweighted fit is decided by the compute-bound rows and leaves the
     memory-bound small-batch rows, where launch and bandwidth are identified, to chance."""
+    import numpy as np     # fits only: a run that loads a bundle never imports numpy
     buckets = [(k, math.floor(math.log2(w.bytes + 1)), math.floor(math.log2(w.flops + 1)))
                for k, w in zip(keys, works)]
     count: dict = {}
@@ -188,6 +188,7 @@ def fit_roofline(works: Sequence[Work], times_us: Sequence[float], peak_bandwidt
     between 0 and the smallest measured time.
     Deterministic: an exhaustive grid (efficiencies log-spaced, launch linear), then the same
     grid again around the best point, so the same inputs always give the same fit."""
+    import numpy as np     # fits only: a run that loads a bundle never imports numpy
     B = np.array([w.bytes for w in works], dtype=float)
     F = np.array([w.flops for w in works], dtype=float)
     t = np.array(times_us, dtype=float)

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
-
 from .errors import ProfileError, finite_number, iter_lines, load_yaml, read_text
 from .interp import GridND, Table1D
 from .paths import profiles_dir
@@ -170,7 +168,8 @@ def _by_layer(rows: list[dict], xkey: str) -> dict[str, Table1D]:
     groups: dict[str, dict[float, list[float]]] = {}
     for r in rows:
         groups.setdefault(r["layer"], {}).setdefault(r[xkey], []).append(r["time_us"])
-    return {name: Table1D(sorted(pts), [float(np.mean(pts[x])) for x in sorted(pts)])
+    # repeated rows of one size are averaged (no shipped bundle has any)
+    return {name: Table1D(sorted(pts), [sum(pts[x]) / len(pts[x]) for x in sorted(pts)])
             for name, pts in groups.items()}
 
 
@@ -189,31 +188,36 @@ def _attention(path: Path) -> AttentionTables:
         raise ProfileError("attention grid lacks prefill or decode points", file=str(path))
 
     def grid2(ax0, ax1, make_key, label):
-        vals = np.empty((len(ax0), len(ax1)))
-        for (i, a), (j, b) in itertools.product(enumerate(ax0), enumerate(ax1)):
-            key = make_key(a, b)
-            if key not in pts:
-                raise ProfileError(f"attention grid point {key} missing ({label})", file=str(path))
-            vals[i, j] = pts[key]
-        return GridND([ax0, ax1], vals)
+        vals = []
+        for a in ax0:
+            row = []
+            for b in ax1:
+                key = make_key(a, b)
+                if key not in pts:
+                    raise ProfileError(f"attention grid point {key} missing ({label})", file=str(path))
+                row.append(pts[key])
+            vals.append(row)
+        return GridND([ax0, ax1], vals), vals
 
-    prefill = grid2(P, K, lambda a, b: (a, b, 0.0, 0.0), "prefill-only")
-    decode = grid2(N, KD, lambda a, b: (0.0, 0.0, a, b), "decode-only")
-    vals = np.full((len(P), len(K), len(N), len(KD)), np.nan)
-    for (i, a), (j, b), (k, c), (l, d) in itertools.product(enumerate(P), enumerate(K), enumerate(N), enumerate(KD)):
-        vals[i, j, k, l] = pts.get((a, b, c, d), np.nan)
-    # Fill skipped mixed points along n_decode (the profiler omits some large-batch corners).
+    prefill, pre = grid2(P, K, lambda a, b: (a, b, 0.0, 0.0), "prefill-only")
+    decode, dec = grid2(N, KD, lambda a, b: (0.0, 0.0, a, b), "decode-only")
+    # vals[i][j][k][l]: None where the profiler skipped the mixed point
+    vals = [[[[pts.get((a, b, c, d)) for d in KD] for c in N] for b in K] for a in P]
+    # Fill skipped mixed points along n_decode (the profiler omits some large-batch corners):
+    # extrapolate linearly from the two smaller batches, or with no smaller batch to extend
+    # from, use prefill + decode (additive upper bound).
     for k in range(len(N)):
-        missing = np.isnan(vals[:, :, k, :])
-        if not missing.any():
-            continue
-        if k >= 2:
-            slope = (vals[:, :, k - 1, :] - vals[:, :, k - 2, :]) / (N[k - 1] - N[k - 2])
-            fill = vals[:, :, k - 1, :] + slope * (N[k] - N[k - 1])
-        else:   # no smaller batch to extend from: prefill + decode are additive upper bound
-            fill = (prefill.values[:, :, None] + decode.values[None, None, k, :])
-        vals[:, :, k, :] = np.where(missing, fill, vals[:, :, k, :])
-    if np.isnan(vals).any():
+        for i, j in itertools.product(range(len(P)), range(len(K))):
+            cells = vals[i][j]
+            row = cells[k]
+            for l in range(len(KD)):
+                if row[l] is None:
+                    if k >= 2:
+                        slope = (cells[k - 1][l] - cells[k - 2][l]) / (N[k - 1] - N[k - 2])
+                        row[l] = cells[k - 1][l] + slope * (N[k] - N[k - 1])
+                    else:
+                        row[l] = pre[i][j] + dec[k][l]
+    if any(math.isnan(v) for plane in vals for rows in plane for row in rows for v in row):
         raise ProfileError("attention mixed grid could not be completed", file=str(path))
     return AttentionTables(prefill, decode, GridND([P, K, N, KD], vals))
 
@@ -257,16 +261,19 @@ def _moe(path: Path) -> GridND:
     toks = sorted({r["tokens"] for r in rows})
     experts = sorted({r["activated_experts"] for r in rows})
     pts = {(r["tokens"], r["activated_experts"]): r["time_us"] for r in rows}
-    vals = np.empty((len(toks), len(experts)))
-    for i, t in enumerate(toks):      # a row only lists experts reachable with t tokens: extend flat
-        last = None
-        for j, e in enumerate(experts):
+    vals = []
+    for t in toks:                    # a row only lists experts reachable with t tokens: extend flat
+        last, row = None, []
+        for e in experts:
             last = pts.get((t, e), last)
-            vals[i, j] = last if last is not None else np.nan
+            row.append(last)
+        vals.append(row)
     for j in range(len(experts)):     # fill leading gaps from the next token count
         for i in range(len(toks) - 2, -1, -1):
-            if np.isnan(vals[i, j]):
-                vals[i, j] = vals[i + 1, j]
+            if vals[i][j] is None:
+                vals[i][j] = vals[i + 1][j]
+    if any(v is None for v in vals[-1]):
+        raise ProfileError("MoE grid: the largest token count lacks an expert count", file=str(path))
     return GridND([toks, experts], vals)
 
 
