@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-import numpy as np
-
 from .errors import ProfileError, iter_lines, load_yaml
 from .hardware import Device, load_device
 from .model_config import ModelSpec, load_model
@@ -171,6 +169,7 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None) -> Efficie
     datasheet peaks, so one (bandwidth, compute) fraction fits every device. Weights: every
     (device, model, tp, op, bytes octave, FLOPs octave) bucket the same (op_cost.size_weights),
     then every device the same total within a class."""
+    import numpy as np     # fits only: a run that synthesizes a bundle never imports numpy
     root = Path(root or profiles_dir())
     groups: dict = {}
     for hw, name, tp in bundles:
