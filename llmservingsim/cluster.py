@@ -48,6 +48,9 @@ class Cluster:
         self.requests: dict[int, Request] = {}
         self.on_request_finished: Optional[Callable[[CallInfo], None]] = None
         self.finished_calls: list[FinishedCall] = []     # engine measurements, completion order
+        # data parallelism (llmservingsim/data_parallel.py): the servers, each of dp engine
+        # cores in ``instances``; None when every instance is one engine core
+        self.servers: Optional[list] = None
 
     @property
     def now_ns(self) -> int:
@@ -55,7 +58,8 @@ class Cluster:
 
     @property
     def num_instances(self) -> int:
-        return len(self.instances)
+        """Servers the program layer routes to (one engine core each without data parallelism)."""
+        return len(self.instances) if self.servers is None else len(self.servers)
 
     def schedule(self, time_ns: int, callback: Callable[[], None]) -> None:
         self.loop.schedule(time_ns, callback)
@@ -64,19 +68,33 @@ class Cluster:
         inst.release_owner_entries = self._release_owner_entries
         self.instances.append(inst)
 
+    def add_server(self, server) -> None:
+        """A data-parallel server (``data_parallel.DPServer``): its ranks become engine cores."""
+        if self.servers is None:
+            self.servers = []
+        for rank in server.ranks:
+            self.add_instance(rank)
+        self.servers.append(server)
+
     def _release_owner_entries(self, owner: int, skip: Optional[int], drop: bool) -> None:
         for inst in self.instances:
             if inst.index != skip:
                 inst.kv.release_entry(owner, drop)
 
     def submit(self, instance: int, call: CallSpec, request_id: int) -> None:
-        inst = self.instances[instance]
-        req = Request(request_id, call, self.loop.now, instance)
+        if self.servers is None:
+            inst = self.instances[instance]
+        else:       # the server's DP load balancer picks the rank
+            inst = self.servers[instance].choose(self.loop.now)
+        req = Request(request_id, call, self.loop.now, inst.index)
         inst.check_fits(req)
         self.requests[request_id] = req
         inst.submit(req)
 
     def load(self, instance: int) -> InstanceLoad:
+        if self.servers is not None:
+            from .data_parallel import server_load
+            return server_load(self.servers[instance].ranks, InstanceLoad)
         inst = self.instances[instance]
         kv = inst.kv
         pool = kv.pool

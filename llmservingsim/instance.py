@@ -28,7 +28,8 @@ class Instance:
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], None],
                  on_step: Optional[Callable] = None, on_decode_step: Optional[Callable] = None,
                  fast_forward: bool = False):
-        self.index = index
+        self.index = index          # engine core (Cluster.instances position)
+        self.server = index         # what the program layer calls the instance (data_parallel: the server)
         self.loop = loop
         self.scheduler = scheduler
         self.kv: KVCacheManager = scheduler.kv
@@ -69,7 +70,7 @@ class Instance:
             self._start(now)
 
     def call_info(self, req: Request) -> CallInfo:
-        return CallInfo(req.request_id, req.owner, self.index, req.arrival_ns, req.prompt_len,
+        return CallInfo(req.request_id, req.owner, self.server, req.arrival_ns, req.prompt_len,
                         req.num_tokens, req.first_scheduled_ns, req.finished_ns, req.num_preemptions)
 
     # ---- the step loop ------------------------------------------------------------------

@@ -98,18 +98,21 @@ def shard(n: int, tp: int) -> int:
     return max(n // tp, 1)
 
 
-def weight_bytes(model: ModelSpec, tp: int, pp: int = 1) -> int:
+def weight_bytes(model: ModelSpec, tp: int, pp: int = 1, dp: int = 1, ep: int = 1) -> int:
     """``model_memory_usage`` of the heaviest rank (the first pipeline stage, which holds
     the embedding; with pp = 1 also the head): parameters as vLLM shards them plus the
     rotary cos/sin cache (``RotaryEmbedding.cos_sin_cache``: max_position x head_dim in the
     model dtype, one shared instance). Checked: Llama-3.1-8B 14.99 / 7.51 / 3.77 GiB at
-    TP 1 / 2 / 4 as logged by vLLM 0.19.0."""
+    TP 1 / 2 / 4 as logged by vLLM 0.19.0. With data parallelism a MoE model's experts span
+    the server's dp x tp GPUs (``expert_parallel``): E / ep whole experts under expert
+    parallelism, else all E at width / (dp x tp); the router and the dense parts stay per rank."""
     h, d = model.hidden_size, model.dtype_bytes
     q = shard(model.num_heads, tp) * model.head_dim
     kv = shard(model.num_kv_heads, tp) * model.head_dim
     attn = h * (q + 2 * kv) + q * h
     if model.is_moe:
-        mlp = model.num_experts * 3 * h * shard(model.moe_intermediate_size, tp) + h * model.num_experts
+        moe_tp = 1 if ep > 1 else dp * tp
+        mlp = (model.num_experts // ep) * 3 * h * shard(model.moe_intermediate_size, moe_tp) + h * model.num_experts
     else:
         mlp = 3 * h * shard(model.intermediate_size, tp)
     norms = 2 * h + (2 * model.head_dim if model.qk_norm else 0)
@@ -162,16 +165,20 @@ def sampler_peak_bytes(model: ModelSpec, tokens: int, reqs: int, sm_count: int) 
 
 
 def activation_peak_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
-                          sm_count: int, last_stage: bool = True) -> int:
+                          sm_count: int, last_stage: bool = True, dp: int = 1, ep: int = 1) -> int:
     """``torch_peak_increase`` of vLLM 0.19's ``profile_run``: the larger of the forward
     and the sampler peaks (the sampler runs on the last pipeline stage only), plus the
-    fused-MoE workspace that persists through both."""
+    fused-MoE workspace that persists through both. With dp > 1 the MoE layers see the
+    gathered tokens of all dp ranks' dummy runs at the experts' width (an estimate: no
+    data-parallel vLLM log has checked it)."""
     T = max_num_batched_tokens
     R = min(T, max_num_seqs)
     peak = forward_peak_bytes(model, tp, T)
     if last_stage:
         peak = max(peak, sampler_peak_bytes(model, T, R, sm_count))
-    return peak + moe_workspace_bytes(model, tp, T)
+    if dp == 1 and ep == 1:
+        return peak + moe_workspace_bytes(model, tp, T)
+    return peak + moe_workspace_bytes(model, 1 if ep > 1 else dp * tp, dp * T)
 
 
 def non_torch_bytes(tp_group: int, tp_non_torch_bytes: int) -> int:
@@ -184,18 +191,21 @@ def non_torch_bytes(tp_group: int, tp_non_torch_bytes: int) -> int:
 
 def plan_memory(model: ModelSpec, device, tp: int, pp: int, block_size: int,
                 gpu_memory_utilization: float, max_num_batched_tokens: int, max_num_seqs: int,
-                kv_pool_tokens: int | None = None) -> MemoryPlan:
+                kv_pool_tokens: int | None = None, dp: int = 1, ep: int = 1) -> MemoryPlan:
     """The KV pool of one instance. ``device`` supplies ``cuda_memory_bytes``, ``sm_count``
     and ``tp_non_torch_bytes`` (hardware/<device>.yaml). Ranks are symmetric but for the
     pipeline's first stage (embedding) and last (head, sampler); vLLM takes the minimum
     over ranks, which is the first stage's weights with the last stage's sampler when pp > 1
-    (both bounded above by the pp = 1 shapes here)."""
+    (both bounded above by the pp = 1 shapes here). With data parallelism (``dp``, ``ep``)
+    this is one rank's pool: every rank holds its dense weights, its share of the experts
+    and a KV pool of its own."""
     per_token = model.kv_bytes_per_token(tp, pp)
     total = device.cuda_memory_bytes
     requested = math.ceil(total * gpu_memory_utilization)
-    weights = weight_bytes(model, tp, pp)
-    act = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs, device.sm_count)
-    non_torch = non_torch_bytes(tp * pp, device.tp_non_torch_bytes)
+    weights = weight_bytes(model, tp, pp, dp, ep)
+    act = activation_peak_bytes(model, tp, max_num_batched_tokens, max_num_seqs, device.sm_count, dp=dp, ep=ep)
+    # a MoE rank talks to the other DP ranks at every layer; a dense model's DP ranks never do
+    non_torch = non_torch_bytes(tp * pp * (dp if model.is_moe else 1), device.tp_non_torch_bytes)
     if kv_pool_tokens is not None:
         num_blocks = kv_pool_tokens // block_size + 1
         kv = (num_blocks - 1) * block_size * per_token

@@ -52,7 +52,9 @@ TOP_KEYS = {
     "calibration": ((str,), None),     # CAL.yaml written by `agentservesim calibrate` (relative to the config)
     "network": ((dict,), None),         # backend / topology / gpus (llmservingsim/network_choice.py)
 }
-PARALLELISM_KEYS = {"tp": ((int,), 1), "pp": ((int,), 1)}
+# dp, ep: data and expert parallelism inside one instance (docs/data-expert-parallel.md);
+# ep is 1 (off) or dp x tp (vLLM's --enable-expert-parallel), checked against the model in run.py
+PARALLELISM_KEYS = {"tp": ((int,), 1), "pp": ((int,), 1), "dp": ((int,), 1), "ep": ((int,), 1)}
 POLICY_KEYS = {"retention": ((str, dict), "cache-lru"), "scheduling": ((str, dict), "fcfs"),
                "routing": ((str, dict), "round-robin")}
 WORKLOAD_KEYS = {
@@ -124,7 +126,8 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
         raise ConfigError("give exactly one of workload.path (JSONL, or a trace with workload.trace) "
                           "and workload.generator", file=source, line=lines.get("workload"), key="workload")
     cfg["workload"] = {k: v for k, v in wl.items() if v is not None}
-    for key, minimum in (("parallelism.tp", 1), ("parallelism.pp", 1), ("instances", 1)):
+    for key, minimum in (("parallelism.tp", 1), ("parallelism.pp", 1), ("parallelism.dp", 1), ("parallelism.ep", 1),
+                         ("instances", 1)):
         sec, _, name = key.rpartition(".")
         val = (cfg[sec] if sec else cfg)[name]
         if val < minimum:

@@ -44,8 +44,8 @@ DESCRIPTIONS: dict[str, str] = {
                 "`hardware/overhead/<NAME>.yaml`.",
     "profiles": "Profile-bundle root (default: the repository's `profiles/`); relative to the "
                 "config. `agentservesim run --profiles DIR` overrides it.",
-    "parallelism": "Tensor and pipeline parallelism of one instance (keys below). "
-                   "`tp x pp` must not exceed the device's `gpus_per_node`.",
+    "parallelism": "Tensor, pipeline, data and expert parallelism of one instance (keys below). "
+                   "`tp x pp x dp` must not exceed the device's `gpus_per_node`.",
     "instances": "Number of identical serving instances (1 to 10000); calls are spread over them "
                  "by the routing policy. Every call's routing decision reads every instance's "
                  "load, so time grows with calls x instances; idle instances cost almost nothing.",
@@ -68,6 +68,12 @@ DESCRIPTIONS: dict[str, str] = {
     "parallelism.tp": "Tensor-parallel degree (>= 1). Needs a `tp<N>` folder in the bundle.",
     "parallelism.pp": "Pipeline-parallel degree (>= 1): layers split over `pp` stages that run "
                       "one after another within a step (no micro-batching).",
+    "parallelism.dp": "Data-parallel ranks of one instance (>= 1, vLLM `--data-parallel-size`): each rank "
+                      "is an engine core of `tp x pp` GPUs with its own scheduler and KV pool; requests go to "
+                      "the rank vLLM's DP load balancer picks. A MoE model's ranks step in lockstep "
+                      "(docs/data-expert-parallel.md).",
+    "parallelism.ep": "Expert parallelism: 1 (off) or `dp x tp` (vLLM `--enable-expert-parallel`, the only "
+                      "EP size vLLM builds); must divide the model's experts; MoE models only.",
     # engine
     "engine.max_num_seqs": "Most requests running at once (vLLM `--max-num-seqs`); default "
                            "from the device (rules below).",

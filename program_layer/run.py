@@ -54,6 +54,7 @@ class Simulation:
     overhead: object = None
     base_dir: Path = Path(".")
     bundle: object = None
+    dpep: object = None          # data / expert parallelism (llmservingsim/dp_build.py DPSetup)
 
     def end_ns(self) -> int:
         """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
@@ -119,6 +120,10 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     model = load_model(config_ref("model", cfg["model"], base))
     device = load_device(config_ref("hardware", cfg["hardware"], base))
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
+    dp, ep = cfg["parallelism"]["dp"], cfg["parallelism"]["ep"]
+    if dp > 1 or ep > 1:         # data / expert parallelism: docs/data-expert-parallel.md
+        from llmservingsim.expert_parallel import check_parallelism
+        check_parallelism(model, device.gpus_per_node, device.name, tp, pp, dp, ep)
     if tp * pp > device.gpus_per_node:
         raise ConfigError(f"tp x pp = {tp * pp} GPUs, but a {device.name} node has {device.gpus_per_node}: "
                           f"one instance must fit in one node", key="parallelism.tp")
@@ -129,12 +134,21 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         prof_root = str(base / prof_root)
     bundle = load_or_derive(device.name, model.name, tp, root=Path(prof_root) if prof_root else None,
                             tp_key="parallelism.tp", device=device, spec=model)
+    if model.is_moe:            # a MoE bundle without moe.csv: derived from the nearest measured one
+        from llmservingsim.expert_parallel import with_moe
+        bundle = with_moe(bundle, model, device)
     mem = plan_memory(model, device, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
-                      engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"])
+                      engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"],
+                      dp=dp, ep=ep)
     if mem.num_blocks < 2:
         raise ConfigError(f"no memory left for the KV cache: {mem.describe()}", key="engine.gpu_memory_utilization")
     if mem.kv_pool_tokens < engine["max_model_len"] and cfg["engine"]["max_model_len"] is None:
         engine["max_model_len"] = mem.kv_pool_tokens    # vLLM would refuse; cap like --max-model-len
+    dpep = None
+    if model.is_moe and (dp > 1 or ep > 1):
+        from llmservingsim.dp_build import moe_parallel_setup
+        dpep = moe_parallel_setup(model, device, bundle, tp, pp, dp, ep)
+        bundle = dpep.bundle
     perf = PerformanceModel(model, bundle, pp)
     overhead = load_overhead(device.name).for_model(model.name)
     if cfg.get("calibration"):
@@ -156,21 +170,26 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         hooks.retention = hooks.victim_protection = hooks.residency = None
     loop = EventLoop()
     cluster = Cluster(loop, hooks)
-    metrics = MetricsCollector(cfg["instances"], trace=trace_steps)
+    metrics = MetricsCollector(cfg["instances"] * dp, trace=trace_steps)
     sched_cfg = SchedulerConfig(engine["max_num_seqs"], engine["max_num_batched_tokens"],
                                 engine["long_prefill_token_threshold"], engine["enable_chunked_prefill"],
                                 engine["scheduling_policy"], engine["max_model_len"])
-    for i in range(cfg["instances"]):
+    def engine_core(i: int, server: int, cls=Instance, on_step=metrics.on_step):
         kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
-                            clock=lambda: loop.now, hooks=hooks, instance=i)
-        cluster.add_instance(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
-                                      engine["async_scheduling"], cluster.finished, metrics.on_step,
-                                      metrics.on_decode_step, fast_forward=not step_mode))
+                            clock=lambda: loop.now, hooks=hooks, instance=server)
+        return cls(i, loop, Scheduler(sched_cfg, kv), timer, hooks, engine["async_scheduling"], cluster.finished,
+                   on_step, metrics.on_decode_step, fast_forward=not step_mode)
+    if dp == 1:
+        for i in range(cfg["instances"]):
+            cluster.add_instance(engine_core(i, i))
+    else:
+        from llmservingsim.dp_build import add_dp_servers
+        dpep = add_dp_servers(cluster, cfg["instances"], dp, engine_core, timer, dpep, metrics)
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
     _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
-                      base, bundle)
+                      base, bundle, dpep)
 
 
 def config_ref(key: str, ref: str, base: Path) -> str:
@@ -216,8 +235,8 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     share = lambda v: round(v / busy, 6) if busy else 0.0
     return {
         "model": sim.model.name, "hardware": sim.device.name, "gpu": sim.device.gpu,
-        "parallelism": {"tp": tp, "pp": pp}, "instances": sim.cfg["instances"],
-        "placement": placement(sim.cfg["instances"], tp * pp, sim.device.gpus_per_node),
+        "parallelism": parallelism_summary(sim.cfg["parallelism"]), "instances": sim.cfg["instances"],
+        "placement": placement(sim.cfg["instances"], tp * pp * sim.cfg["parallelism"]["dp"], sim.device.gpus_per_node),
         "policies": {axis: policy_label(spec) for axis, spec in sim.cfg["policies"].items()},
         "bundle": {"path": f"{sim.device.name}/{sim.model.name}/bf16/tp{tp}", "provenance": sim.bundle.provenance},
         "version": package_version(),
@@ -249,6 +268,12 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
         "engine": {k: sim.engine[k] for k in sorted(sim.engine)},
         "workload": sim.workload_source if not Path(sim.workload_source).is_absolute() else Path(sim.workload_source).name,
     }
+
+
+def parallelism_summary(par: dict) -> dict:
+    """``parallelism`` as summary.json and config.yaml record it: dp and ep only when used
+    (so the runs without them keep their files)."""
+    return {k: v for k, v in par.items() if k in ("tp", "pp") or v != 1}
 
 
 def placement(instances: int, gpus_per_instance: int, gpus_per_node: int) -> list:
@@ -285,6 +310,7 @@ def resolved_config(sim: Simulation) -> dict:
     def absolute(v):
         return str((base / v).resolve()) if isinstance(v, str) and not Path(v).is_absolute() else v
     cfg["engine"] = {k: sim.engine[k] for k in cfg["engine"]}
+    cfg["parallelism"] = parallelism_summary(cfg["parallelism"])
     if "path" in cfg["workload"]:
         cfg["workload"]["path"] = absolute(cfg["workload"]["path"])
     for key in ("calibration", "profiles"):
@@ -337,13 +363,21 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     cols = ["time_s", "instance", "running", "waiting", "kv_utilization", "memory_used_gib",
             "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)
-    if trace_steps is not None and sim.metrics.trace_rows is not None:
+    if trace_steps is not None and sim.metrics.trace_rows is not None and sim.dpep is not None \
+            and sim.dpep.trace_extra is not None:      # lockstep steps: their comm broken down
+        from llmservingsim.dp_build import trace_rows
+        Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
+        cols, rows = trace_rows(TRACE_COLUMNS, sim.metrics.trace_rows, sim.dpep.trace_extra, fmt_ns)
+        outputs.write_csv(Path(trace_steps), cols, rows, atomic=True)
+    elif trace_steps is not None and sim.metrics.trace_rows is not None:
         Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
         outputs.write_csv(Path(trace_steps), TRACE_COLUMNS, (
             dict(zip(TRACE_COLUMNS, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp),
                                      fmt_ns(comm), fmt_ns(ovh))))
             for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows), atomic=True)
     summary = summarize(sim, calls, progs)
+    if sim.dpep is not None:
+        summary["data_parallel"] = sim.dpep.summary()
     outputs.write_json(out_dir / "summary.json", summary)
     return summary
 

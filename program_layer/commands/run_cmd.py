@@ -71,7 +71,9 @@ def main(args) -> int:
                          trace_steps=Path(args.trace_steps) if args.trace_steps else None,
                          quiet=args.quiet, plot=args.plot)
     if not args.quiet:
-        print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{cfg['parallelism']['tp']}"
+        par = cfg["parallelism"]
+        dpep = "".join(f" {k.upper()}{par[k]}" for k in ("dp", "ep") if par.get(k, 1) != 1)
+        print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{par['tp']}{dpep}"
               f" x {cfg['instances']} instance(s); policies "
               + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items())
               # a bundle that is not a measurement says so in the header (derived, synthesized)
