@@ -192,3 +192,19 @@ def test_the_run_header_says_the_bundle_is_synthesized(tmp_path):
     assert lines[0].startswith("c.yaml: meta-llama/Llama-3.1-8B on MI300X TP1")
     assert lines[0].endswith("; bundle synthesized from datasheet on the fly")
     assert "(synthesized from datasheet on the fly bundle; overhead: no measurement on this device" in r.stdout
+
+
+def test_expert_parallel_on_a_synthesized_moe_bundle_times_experts_from_it(tmp_path):
+    """No measured moe.csv exists for MI300X: expert parallelism times the MoE layers from the
+    synthesized table (expert_parallel.moe_timer), with the moe class's roofline it was made with."""
+    from llmservingsim.device_efficiency import load_fit
+    from llmservingsim.expert_parallel import MoEParallel, moe_timer
+    from llmservingsim.synthesize_bundle import load_synthesized
+    from program_layer.run import run_config
+    model, dev = load_model("Qwen/Qwen3-30B-A3B-Instruct-2507"), load_device("MI300X")
+    bundle = load_synthesized(dev, model, 1, tmp_path / "MI300X" / "tp1")
+    timer = moe_timer(model, dev, bundle, MoEParallel(2, 1, 2))
+    assert timer.source_tp == 1 and timer.roof == load_fit().for_class("moe").roofline(dev)
+    cfg = {"model": model.name, "hardware": "MI300X", "parallelism": {"tp": 1, "dp": 2, "ep": 2},
+           "workload": {"generator": "bfcl", "programs": 1, "rate_jps": 1.0, "seed": 0}}
+    assert run_config(cfg, tmp_path / "out")["bundle"]["provenance"] == "synthesized from datasheet on the fly"
