@@ -123,17 +123,23 @@ def fit_source(model: ModelSpec, tables: list[_Table], m: int, bandwidth_gbs: fl
             for c, (ops, ws, ts) in sorted(groups.items())}
 
 
+def check_tp(spec: ModelSpec, tp: int) -> None:
+    """A TP degree vLLM accepts for this model (heads divisible by it, KV heads divisible by it
+    or it by them), else a ConfigError on key ``tp``."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"--tp must be an integer >= 1, got {tp!r}", key="tp")
+    if spec.num_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
+        raise ConfigError(f"{spec.name} has {spec.num_heads} attention heads and {spec.num_kv_heads} KV "
+                          f"heads; TP={tp} does not divide them (vLLM requires it)", key="tp")
+
+
 def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None,
            from_tp: Optional[int] = None, out: Optional[Path] = None) -> Path:
     """Write ``tp<tp>/`` of (hardware, model, variant) from the nearest measured TP bundle
     (or ``from_tp``) and return its folder (``out`` instead of the bundle's own ``tp<tp>``
     when given). Never overwrites a measured bundle."""
     spec = load_model(model)
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ConfigError(f"--tp must be an integer >= 1, got {tp!r}", key="tp")
-    if spec.num_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
-        raise ConfigError(f"{spec.name} has {spec.num_heads} attention heads and {spec.num_kv_heads} KV "
-                          f"heads; TP={tp} does not divide them (vLLM requires it)", key="tp")
+    check_tp(spec, tp)
     device = load_device(hardware)
     base = Path(root or profiles_dir()) / hardware / model / variant
     measured = measured_tps(base)
@@ -183,15 +189,27 @@ _DERIVED: dict = {}          # (bundle folder, tp) -> bundle derived on the fly 
 
 
 def load_or_derive(hardware: str, model: str, tp: int, variant: str = "bf16",
-                   root: Optional[Path] = None, tp_key: str = "tp") -> ProfileBundle:
+                   root: Optional[Path] = None, tp_key: str = "tp", device=None, spec=None) -> ProfileBundle:
     """The bundle ``load_bundle`` finds; where the TP degree has no folder but another TP is
     measured, one derived now from the nearest measured TP (as ``derive`` writes it), in a
     temporary folder that is removed at once: a run never writes into the profile tree, and
-    its bundle's ``provenance`` says "derived from tp<m> on the fly". ``tp_key`` names the
-    TP degree in errors (a run config's ``parallelism.tp``)."""
+    its bundle's ``provenance`` says "derived from tp<m> on the fly". Where no TP of the
+    model is measured on the device (and the profile root exists), one synthesized from the
+    device's datasheet numbers (synthesize_bundle.load_synthesized: "synthesized from
+    datasheet on the fly"); ``device`` and ``spec`` are the run's Device and ModelSpec
+    (loaded by name when not given). ``tp_key`` names the TP degree in errors (a run
+    config's ``parallelism.tp``)."""
     base = bundle_dir(hardware, model, variant, root)
-    if (base / f"tp{tp}").is_dir() or not measured_tps(base):
+    if (base / f"tp{tp}").is_dir() or not Path(root or profiles_dir()).is_dir():
         return load_bundle(hardware, model, tp, variant, root)     # or its own error
+    if not measured_tps(base):
+        from .synthesize_bundle import load_synthesized
+        spec = spec or load_model(model)
+        try:
+            check_tp(spec, tp)
+        except ConfigError as exc:
+            raise ConfigError(exc.message, key=tp_key) from None
+        return load_synthesized(device or load_device(hardware), spec, tp, base / f"tp{tp}")
     key = (str(base), tp)
     if key not in _DERIVED:
         with tempfile.TemporaryDirectory(prefix="agentservesim-derived-") as tmp:

@@ -125,6 +125,10 @@ def moe_timer(model: ModelSpec, device, bundle, par: MoEParallel) -> MoERankTime
     roofline fitted once per (table, TP) in this process."""
     from .derive_bundle import _read, fit_source      # the derivation's own reader and fit
     from .profiles import _moe
+    if bundle.provenance.startswith("synthesized from datasheet") and bundle.moe is not None:
+        # no measured moe.csv exists: the synthesized table and the roofline it was made with
+        from .device_efficiency import load_fit
+        return MoERankTimer(model, bundle.moe, bundle.tp, load_fit().for_class("moe").roofline(device), par)
     path, m = moe_source(Path(bundle.path), bundle.tp)
     key = (str(path), model.name, m)
     if key not in _FITS:

@@ -57,7 +57,7 @@ class ProfileBundle:
     attention: AttentionTables
     skew: Optional[SkewFit]
     moe: Optional[GridND] = None
-    provenance: str = "measured"     # or "derived from tp<N>" (PROVENANCE.md of a derived bundle)
+    provenance: str = "measured"     # or "derived from tp<N>" / "synthesized from datasheet" (PROVENANCE.md)
 
 
 def _read_csv(path: Path, required: tuple[str, ...], *, text: tuple[str, ...] = ("layer",),
@@ -278,13 +278,17 @@ def _moe(path: Path) -> GridND:
 
 
 def _provenance(tp_dir: Path) -> str:
-    """"measured", or "derived from tp<N>" when the folder's PROVENANCE.md (written by
-    ``derive_bundle``) says it was generated from another TP degree."""
+    """"measured", "derived from tp<N>" when the folder's PROVENANCE.md (written by
+    ``derive_bundle``) says it was generated from another TP degree, or "synthesized from
+    datasheet" when it says so (written by ``synthesize_bundle``)."""
     note = tp_dir / "PROVENANCE.md"
     if not note.is_file():
         return "measured"
     import re
-    m = re.search(r"Generated from \.\./tp(\d+)", note.read_text(encoding="utf-8", errors="replace"))
+    text = note.read_text(encoding="utf-8", errors="replace")
+    if "Synthesized from datasheet" in text:
+        return "synthesized from datasheet"
+    m = re.search(r"Generated from \.\./tp(\d+)", text)
     return f"derived from tp{m.group(1)}" if m else "derived"
 
 

@@ -25,7 +25,7 @@ SUBCOMMANDS = {
     "search": ("program_layer.search.cli", "LLM-driven policy search with OpenEvolve"),
     "evaluate-policy": ("program_layer.search.evaluate_cmd", "score one policy against its seed on a cell"),
     "replay": ("program_layer.commands.replay_cmd", "drive a real vLLM server with a workload, record it for validate"),
-    "profile": ("program_layer.commands.profile_cmd", "make profile bundles (measure)"),
+    "profile": ("program_layer.commands.profile_cmd", "make profile bundles (measure, or synthesize from a datasheet)"),
 }
 
 

@@ -231,7 +231,7 @@ def main(argv=None) -> int:
             "noise), prefill_us the per-prefill host cost of the B200 Llama-3.1-8B fit (no small chunks in this "
             "device's tables; the dev cell checks it out of sample); TP2 collectives fitted on the "
             "Llama-3.1-70B TP2 table.", regimes))
-        for dev in ("RTX4090", "H100", "H200"):
+        for dev in ("RTX4090", "H100", "H200", "A100", "L40S", "MI300X"):
             (d / f"{dev}.yaml").write_text(overhead_yaml(
                 dev, replace(rtx, prefill_compute=0.0), "no measurement on this device: the per-prefill host cost "
                 "of the B200 Llama-3.1-8B fit (the same vLLM 0.19 host-side work), no step or prefill-compute "

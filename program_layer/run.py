@@ -145,7 +145,7 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
     bundle = load_or_derive(device.name, model.name, tp, root=Path(prof_root) if prof_root else None,
-                            tp_key="parallelism.tp")
+                            tp_key="parallelism.tp", device=device, spec=model)
     if model.is_moe:            # a MoE bundle without moe.csv: derived from the nearest measured one
         from llmservingsim.expert_parallel import with_moe
         bundle = with_moe(bundle, model, device)

@@ -1,4 +1,5 @@
-"""``agentservesim profile``: make profile bundles (docs/profile-bundles.md).
+"""``agentservesim profile``: make profile bundles (docs/profile-bundles.md): ``measure`` on a
+GPU, or ``synthesize`` from a device's datasheet numbers (docs/datasheet-synthesis.md).
 
 Each action lives in its own module with ``add_arguments(parser)`` and ``main(args)``; this
 group only lists them (``ACTIONS``) and dispatches. The action modules import nothing heavy at
@@ -14,6 +15,8 @@ from llmservingsim.errors import ConfigError
 # action -> (module, help)
 ACTIONS = {
     "measure": ("program_layer.commands.profile_measure", "measure a bundle on this machine's GPU or CPU with PyTorch"),
+    "synthesize": ("program_layer.commands.profile_synthesize_cmd",
+                   "write a bundle synthesized from a device's datasheet numbers (docs/datasheet-synthesis.md)"),
 }
 
 

@@ -75,7 +75,9 @@ def main(args) -> int:
         dpep = "".join(f" {k.upper()}{par[k]}" for k in ("dp", "ep") if par.get(k, 1) != 1)
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{par['tp']}{dpep}"
               f" x {cfg['instances']} instance(s); policies "
-              + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items()))
+              + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items())
+              # a bundle that is not a measurement says so in the header (derived, synthesized)
+              + ("" if summary["bundle"]["provenance"] == "measured" else f"; bundle {summary['bundle']['provenance']}"))
         for entry in summary["placement"]:          # pipeline stages / nodes (docs/clusters.md)
             if "stages" in entry:
                 print("placement: instance {}: ".format(entry["instance"]) + ", ".join(

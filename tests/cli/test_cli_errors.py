@@ -58,13 +58,15 @@ def test_missing_field_names_the_field(tmp_path):
     check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), f"{wl}:1", "output_toks")
 
 
-def test_missing_profile_names_the_expected_path(tmp_path):
-    """No bundle of the model on the device at any TP (a missing TP of a profiled model is
-    derived on the fly: tests/derive/test_derive_tp.py)."""
+def test_a_model_without_any_bundle_is_synthesized_and_then_must_fit_in_memory(tmp_path):
+    """No bundle of the model on the device at any TP: the run synthesizes one from the
+    datasheet (tests/derive/test_synthesize.py), and here the memory plan refuses it: 70B
+    weights over two 24 GB RTX 4090s leave no KV cache (65.74 GiB of weights per GPU)."""
     wl = write(tmp_path / "w.jsonl", json.dumps({"input_toks": 10, "output_toks": 2, "arrival_time_ns": 0}) + "\n")
     cfg = write(tmp_path / "c.yaml", f"hardware: RTX4090\nmodel: meta-llama/Llama-3.1-70B\nparallelism: {{tp: 2}}\n"
                                      f"workload: {{path: {wl}}}\n")
-    check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), "RTX4090/meta-llama/Llama-3.1-70B/bf16/tp2")
+    check_error(run_cli("run", cfg, "--out", str(tmp_path / "o")), "engine.gpu_memory_utilization",
+                "weights 65.74 GiB")
 
 
 def test_missing_profile_root_names_the_expected_path(tmp_path):

@@ -12,11 +12,11 @@ from llmservingsim.errors import ConfigError, ProfileError
 from llmservingsim.hardware import Device, PowerSpec, list_devices, load_device
 from llmservingsim.paths import hardware_dir, profiles_dir
 
-DEVICES = ["B200", "H100", "H200", "RTX4090", "RTXPRO6000"]
+DEVICES = ["A100", "B200", "H100", "H200", "L40S", "MI300X", "RTX4090", "RTXPRO6000"]
 KEY_LINE = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*):(.*)$")
 
 
-def test_list_devices_is_the_shipped_five():
+def test_list_devices_is_the_shipped_eight():
     assert list_devices() == DEVICES
 
 
@@ -117,9 +117,9 @@ def test_copy_loads_before_breaking(b200_copy):
 
 def test_unknown_device_lists_known_ones():
     with pytest.raises(ProfileError) as exc:
-        load_device("A100")
+        load_device("V100")
     assert str(exc.value).endswith(
-        "unknown device 'A100'; known devices: B200, H100, H200, RTX4090, RTXPRO6000")
+        "unknown device 'V100'; known devices: A100, B200, H100, H200, L40S, MI300X, RTX4090, RTXPRO6000")
 
 
 def test_missing_file_path():

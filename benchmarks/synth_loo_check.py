@@ -1,0 +1,130 @@
+"""Leave-one-device-out check of datasheet synthesis (issue 11): docs/datasheet-synthesis.md.
+
+    PYTHONPATH=.:astra-sim python benchmarks/synth_loo_check.py
+
+For every device with measured bundles, fit the per-class efficiencies
+(llmservingsim/device_efficiency.py) on the measured bundles of the *other* devices only,
+synthesize each of the held-out device's measured (model, TP) bundles from its datasheet
+numbers with that fit (llmservingsim/synthesize_bundle.py), and compare steps the way
+benchmarks/derive_tp_check.py does: ``PerformanceModel.compute_us`` of pure-decode steps
+(1-256 sequences x 512-32k context, powers of two: 63 shapes) and single-prefill steps
+(128-8k tokens, no prior context: 7 shapes), |synthesized / measured - 1|, median and 90th
+percentile, decode and prefill apart and together. A bundle without the tables to price a
+step (a MoE bundle without moe.csv) is listed as such. The fitted terms of each fold are
+printed too. Last, the shipped fit's Llama-3.1-70B batch-1 decode (context 1024) on the
+datasheet-only devices at TP 1/2/4/8, against the weight-streaming bound, both with the
+device's ring all-reduces (2 per layer), as benchmarks/derive_tp_check.py does for B200.
+Same inputs, same output.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from llmservingsim.device_efficiency import CLASSES, fit_efficiency, measured_bundles
+from llmservingsim.hardware import load_device
+from llmservingsim.model_config import load_model
+from llmservingsim.perf_model import PerformanceModel, batch_shape
+from llmservingsim.profiles import load_bundle
+from llmservingsim.synthesize_bundle import synthesize
+
+DECODE_N = [2 ** i for i in range(9)]                 # 1 .. 256
+DECODE_CTX = [512 * 2 ** i for i in range(7)]         # 512 .. 32768
+PREFILL = [128 * 2 ** i for i in range(7)]            # 128 .. 8192
+
+
+def shapes(bundle):
+    """The grid's steps inside what ``bundle`` measured: decode contexts up to its largest
+    decode KV length, prefills up to its largest dense size and attention chunk (the
+    LLMServingSim bundles stop at 2048 tokens and 16k KV; beyond, a measured table is a
+    linear extrapolation, down to negative times, not a measurement)."""
+    kv = max(bundle.attention.decode.axes[1])
+    toks = min(max(t.xs) for t in bundle.dense.values())
+    chunk = max(bundle.attention.prefill.axes[0])
+    dec = [batch_shape([], [ctx] * n) for n in DECODE_N for ctx in DECODE_CTX if ctx + 1 <= kv]
+    pre = [batch_shape([(c, 0)], []) for c in PREFILL if c <= min(toks, chunk)]
+    return dec, pre
+
+
+def _pct(x: np.ndarray) -> str:
+    return f"{100 * np.median(x):.1f} / {100 * np.percentile(x, 90):.1f}"
+
+
+def tp_scaling(tmp: Path) -> list[str]:
+    """Batch-1 decode of Llama-3.1-70B at context 1024 on synthesized bundles (shipped fit)."""
+    name = "meta-llama/Llama-3.1-70B"
+    model = load_model(name)
+    lines = ["| device | TP | bound (µs) | synthesized compute + comm (µs) | / bound |", "|---|---:|---:|---:|---:|"]
+    shape = batch_shape([], [1024])
+    for hw in ("H100", "H200", "A100", "MI300X"):
+        dev = load_device(hw)
+        for tp in (1, 2, 4, 8):
+            out = tmp / "tp" / hw / name / "bf16" / f"tp{tp}"
+            synthesize(dev, model, tp, out)
+            b = load_bundle(hw, name, tp, root=tmp / "tp", cache=False)
+            comm = 2 * model.num_layers * dev.allreduce_ns(model.hidden_size * model.dtype_bytes, tp) / 1000.0
+            bound = model.weight_bytes_per_rank(tp) / (dev.memory_bandwidth_gbs * 1e3) + comm
+            t = PerformanceModel(model, b).compute_us(shape) + comm
+            lines.append(f"| {hw} | {tp} | {bound:.1f} | {t:.1f} | {t / bound:.2f} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.parse_args(argv)
+    bundles = measured_bundles()
+    devices = sorted({b[0] for b in bundles})
+    lines = ["| held-out device | model | TP | steps (decode + prefill) | decode: median / p90 % | "
+             "prefill: median / p90 % | all steps: median / p90 % | signed median % |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    folds = []
+    pooled: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for held in devices:
+            train = [b for b in bundles if b[0] != held]
+            fit = fit_efficiency(train)
+            folds.append((held, fit))
+            dev = load_device(held)
+            for hw, name, tp in (b for b in bundles if b[0] == held):
+                model = load_model(name)
+                measured = load_bundle(hw, name, tp, cache=False)
+                if model.is_moe and measured.moe is None:
+                    lines.append(f"| {hw} | {name} | {tp} | 0 | n/a (measured bundle has no moe.csv) | | | |")
+                    continue
+                out = Path(tmp) / hw / name / "bf16" / f"tp{tp}"
+                synthesize(dev, model, tp, out, fit=fit)
+                synth = load_bundle(hw, name, tp, root=Path(tmp), cache=False)
+                pm, ps = PerformanceModel(model, measured), PerformanceModel(model, synth)
+                dec, pre = shapes(measured)
+                sd = np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in dec])
+                sp = np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in pre])
+                alls = np.concatenate([sd, sp])
+                pooled.setdefault(hw, []).append(alls)
+                lines.append(f"| {hw} | {name} | {tp} | {len(sd)} + {len(sp)} | {_pct(abs(sd))} | {_pct(abs(sp))} | {_pct(abs(alls))} | "
+                             f"{100 * np.median(alls):+.1f} |")
+    everything = np.concatenate([np.concatenate(v) for v in pooled.values()])
+    for hw, v in pooled.items():
+        x = np.concatenate(v)
+        lines.append(f"| **{hw}** | all its bundles | | {len(x)} | | | {_pct(abs(x))} | {100 * np.median(x):+.1f} |")
+    lines.append(f"| **all** | | | {len(everything)} | | | {_pct(abs(everything))} | {100 * np.median(everything):+.1f} |")
+    print("\n".join(lines))
+    print()
+    print("| held-out device | " + " | ".join(f"{c} (bw / F / launch µs)" for c in CLASSES) + " |")
+    print("|---|" + "---:|" * len(CLASSES))
+    for held, fit in folds:
+        cells = []
+        for c in CLASSES:
+            e = fit.for_class(c)
+            cells.append(f"{e.bandwidth:.3f} / {e.compute:.3f} / {e.launch_us:.2f}" + ("" if c in fit.classes else " (gemm)"))
+        print(f"| {held} | " + " | ".join(cells) + " |")
+    print()
+    with tempfile.TemporaryDirectory() as tmp:
+        print("\n".join(tp_scaling(Path(tmp))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,259 @@
+"""Device efficiency learned from measured bundles, transferable to a GPU known only by its datasheet.
+
+One concept: the achieved time of a profiled op is a roofline on the device's *datasheet*
+peaks scaled by efficiencies that belong to the op class, not to the device:
+
+    t(op) = launch_c + max(bytes / (eta_bw_c * BW_peak), FLOPs / (eta_f_c * F_peak))
+
+``c`` is the op's class (``CLASSES``), ``BW_peak`` and ``F_peak`` the device file's
+``memory_bandwidth_gbs`` and ``peak_bf16_tflops``, bytes and FLOPs the op's work on one rank
+(llmservingsim/op_cost.py). Read as an efficiency curve over problem size, the achieved
+fraction of the peak a class reaches on work ``w`` is
+
+    e_c(w) = roof(w) / (launch_c + roof(w) / eta_c)       (roof(w): time at the datasheet peak)
+
+so small problems (decode GEMMs of one token, attention over a short context) sit far below
+the asymptote ``eta_c`` and large ones approach it: a half-efficiency size of
+``roof = launch_c * eta_c`` (equivalently a Little's-law ramp of the bandwidth with bytes in
+flight, whose latency is ``launch_c``). Three numbers per class, shared by every device:
+that is what lets a new device use them (docs/datasheet-synthesis.md).
+
+Invariants: every efficiency is in [0.01, 1] and every launch term >= 0 (op_cost.fit_roofline's
+bounds), so a synthesized time is > 0 and never faster than the datasheet roofline; the fit
+is deterministic (same bundles, same numbers); each training device weighs the same in the
+fit whatever the number or size of its bundles.
+
+Fitting reads measured bundles only (``measured_tps``: no PROVENANCE.md); mixed
+prefill+decode attention points are not fitted (they are synthesized as the sum of the two
+parts, one launch). The shipped fit is ``hardware/efficiency/datasheet_fit.yaml``, written by
+``python -m llmservingsim.device_efficiency --write``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from .errors import ProfileError, iter_lines, load_yaml
+from .hardware import Device, load_device
+from .model_config import ModelSpec, load_model
+from .op_cost import Roofline, Work, attention_work, dense_work, fit_roofline, moe_work, per_sequence_work, \
+    size_weights
+from .paths import hardware_dir, profiles_dir
+
+# gemm: the projections and lm_head; elementwise: norms, activation, rotary, embedding gather;
+# attention_decode / attention_prefill: the decode-only and prefill-only attention points;
+# sampler: vLLM's sampler (many small kernels over the full-vocabulary logits); moe: one MoE layer.
+CLASSES = ("gemm", "elementwise", "attention_decode", "attention_prefill", "sampler", "moe")
+# A class the training data lacks (no MoE bundle outside the device left out) borrows another's.
+FALLBACK = {"moe": "gemm"}
+FIT_FILE = "efficiency/datasheet_fit.yaml"
+
+
+@dataclass(frozen=True, slots=True)
+class Efficiency:
+    """One class's fitted terms: fractions of the datasheet bandwidth and BF16 peak, and a
+    fixed cost in µs."""
+    bandwidth: float
+    compute: float
+    launch_us: float
+
+    def roofline(self, device: Device) -> Roofline:
+        return Roofline(self.bandwidth * device.memory_bandwidth_gbs, self.compute * device.peak_bf16_tflops,
+                        self.launch_us)
+
+
+@dataclass(frozen=True)
+class EfficiencyFit:
+    """Efficiencies per class and the bundles ("HW MODEL tpN") they were fitted on."""
+    classes: dict
+    fitted_on: tuple
+
+    def for_class(self, c: str) -> Efficiency:
+        return self.classes[c] if c in self.classes else self.classes[FALLBACK[c]]
+
+    def rooflines(self, device: Device) -> dict:
+        return {c: self.for_class(c).roofline(device) for c in CLASSES}
+
+
+def op_synth_class(op: str) -> str:
+    """The class of a dense / per-sequence op (attention and MoE are classed by their tables)."""
+    if op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"):
+        return "gemm"
+    if op == "sampler":
+        return "sampler"
+    if op in ("act_fn", "rotary_emb", "qk_norm", "layernorm", "final_layernorm", "embedding"):
+        return "elementwise"
+    raise KeyError(op)
+
+
+def _sparse(x: float) -> bool:
+    """Grid sizes the fit reads from a dense table: powers of two and three times them (the
+    tables step by 16 tokens up to 16k; the octave weighting makes the rest redundant)."""
+    n = int(x)
+    if n != x or n < 1:
+        return False
+    while n % 2 == 0:
+        n //= 2
+    return n in (1, 3)
+
+
+Q_TILE = 128     # query rows per attention CTA (FlashAttention's prefill tile)
+
+
+def occupancy(ctas: float, sm_count: int) -> float:
+    """Fraction of the SMs a grid of ``ctas`` equal blocks keeps busy over its waves:
+    ctas / (ceil(ctas / sm_count) * sm_count), in (0, 1]."""
+    waves = max(math.ceil(ctas / sm_count), 1)
+    return max(ctas, 1.0) / (waves * sm_count)
+
+
+def prefill_attention_work(model: ModelSpec, chunk: float, kv_prefill: float, tp: int, sm_count: int) -> Work:
+    """A prefill chunk's attention work, divided by the occupancy of its grid (one CTA per
+    query tile and head, ``ceil(chunk / Q_TILE) * heads``): a short chunk keeps only part of
+    the SMs streaming, whatever context it reads. The same on every device but for its SM count."""
+    w = attention_work(model, chunk, kv_prefill, 0, 0, tp)
+    u = occupancy(math.ceil(chunk / Q_TILE) * (model.num_heads / tp), sm_count)
+    return Work(w.bytes / u, w.flops / u)
+
+
+def _rows(path: Path) -> list[dict]:
+    return list(csv.DictReader(line for _, line in iter_lines(path, error=ProfileError, what="profile table")))
+
+
+def bundle_samples(model: ModelSpec, folder: Path, tp: int, sm_count: int) -> Iterable[tuple[str, str, Work, float]]:
+    """(class, op, work on one rank, measured µs) for the rows of one measured bundle the fit
+    reads: dense and per-sequence ops at sparse sizes, decode-only and prefill-only attention
+    points, every moe.csv row."""
+    for r in _rows(folder / "dense.csv"):
+        if _sparse(float(r["tokens"])):
+            yield op_synth_class(r["layer"]), r["layer"], dense_work(model, r["layer"], float(r["tokens"]), tp), \
+                float(r["time_us"])
+    for r in _rows(folder / "per_sequence.csv"):
+        yield op_synth_class(r["layer"]), r["layer"], per_sequence_work(model, r["layer"], float(r["sequences"]), tp), \
+            float(r["time_us"])
+    for r in _rows(folder / "attention.csv"):
+        c, p, n, k = (float(r[a]) for a in ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode"))
+        if c == 0 and p == 0 and n > 0:
+            yield "attention_decode", "attention", attention_work(model, 0, 0, n, k, tp), float(r["time_us"])
+        elif n == 0 and k == 0 and c > 0:
+            yield "attention_prefill", "attention", prefill_attention_work(model, c, p, tp, sm_count), \
+                float(r["time_us"])
+    if (folder / "moe.csv").is_file():
+        for r in _rows(folder / "moe.csv"):
+            yield "moe", "moe", moe_work(model, float(r["tokens"]), float(r["activated_experts"]), tp), \
+                float(r["time_us"])
+
+
+def measured_bundles(root: Optional[Path] = None, devices: Optional[Iterable[str]] = None) -> list[tuple]:
+    """(hardware, model, tp) of every measured bundle under the profile root (a ``tp<N>``
+    folder with dense.csv and no PROVENANCE.md), sorted; only ``devices`` when given."""
+    from .derive_bundle import measured_tps
+    root = Path(root or profiles_dir())
+    out = []
+    for base in sorted(root.glob("*/*/*/bf16")):
+        hw, model = base.parts[-4], "/".join(base.parts[-3:-1])
+        if devices is not None and hw not in devices:
+            continue
+        out.extend((hw, model, tp) for tp in measured_tps(base))
+    return sorted(out)
+
+
+def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None) -> EfficiencyFit:
+    """Fit one Efficiency per class on the measured ``bundles`` (hardware, model, tp) of
+    possibly several devices: each row's work is expressed as its time at that device's
+    datasheet peaks, so one (bandwidth, compute) fraction fits every device. Weights: every
+    (device, model, tp, op, bytes octave, FLOPs octave) bucket the same (op_cost.size_weights),
+    then every device the same total within a class."""
+    import numpy as np     # fits only: a run that synthesizes a bundle never imports numpy
+    root = Path(root or profiles_dir())
+    groups: dict = {}
+    for hw, name, tp in bundles:
+        dev, model = load_device(hw), load_model(name)
+        folder = root / hw / name / "bf16" / f"tp{tp}"
+        for c, op, w, t in bundle_samples(model, folder, tp, dev.sm_count):
+            keys, works, times = groups.setdefault(c, ([], [], []))
+            keys.append((hw, name, tp, op))
+            # time at the datasheet peaks, as "bytes" at 1 GB/s and "FLOPs" at 1 TFLOP/s
+            works.append(Work(w.bytes / dev.memory_bandwidth_gbs, w.flops / dev.peak_bf16_tflops))
+            times.append(t)
+    classes = {}
+    for c in CLASSES:
+        if c not in groups:
+            continue
+        keys, works, times = groups[c]
+        wt = size_weights(keys, works)
+        per_dev: dict = {}
+        for k, x in zip(keys, wt):
+            per_dev[k[0]] = per_dev.get(k[0], 0.0) + x
+        wt = np.array([x / per_dev[k[0]] for k, x in zip(keys, wt)])
+        r = fit_roofline(works, times, 1.0, 1.0, wt)
+        classes[c] = Efficiency(round(r.bandwidth_gbs, 4), round(r.tflops, 4), round(r.launch_us, 3))
+    if "gemm" not in classes:
+        raise ProfileError("no measured bundle to fit device efficiencies on", file=str(root))
+    return EfficiencyFit(classes, tuple(f"{hw} {m} tp{tp}" for hw, m, tp in bundles))
+
+
+def fit_yaml(fit: EfficiencyFit) -> str:
+    lines = ["# Device efficiencies per op class, shared by every device (llmservingsim/device_efficiency.py).",
+             "# GENERATED by `python -m llmservingsim.device_efficiency --write`; do not edit.",
+             "# t = launch_us + max(bytes / (bandwidth * memory_bandwidth_gbs), FLOPs / (compute * peak_bf16_tflops))",
+             "# Method, data and fit quality: docs/datasheet-synthesis.md.",
+             "fitted_on:  # the measured bundles (profiles/, no PROVENANCE.md) the fit read"]
+    lines += [f"  - {b}" for b in fit.fitted_on]
+    lines.append("classes:")
+    for c, e in fit.classes.items():
+        lines.append(f"  {c}: {{bandwidth: {e.bandwidth}, compute: {e.compute}, launch_us: {e.launch_us}}}"
+                     f"  # fitted (weighted log least squares) on the bundles above")
+    return "\n".join(lines) + "\n"
+
+
+_LOADED: dict = {}
+
+
+def load_fit(path: Optional[Path] = None) -> EfficiencyFit:
+    """The shipped fit (or ``path``), checked: every class a mapping of the three finite
+    terms within their bounds; a bad file is a ProfileError naming it and the key."""
+    path = Path(path or hardware_dir() / FIT_FILE)
+    if str(path) in _LOADED:
+        return _LOADED[str(path)]
+    raw = load_yaml(path, error=ProfileError, what="efficiency fit")
+    if not isinstance(raw, dict) or not isinstance(raw.get("classes"), dict):
+        raise ProfileError("must be a mapping with a 'classes' mapping", file=str(path), key="classes")
+    classes = {}
+    for c, v in raw["classes"].items():
+        if c not in CLASSES:
+            raise ProfileError(f"unknown class (expected one of {', '.join(CLASSES)})", file=str(path), key=f"classes.{c}")
+        ok = isinstance(v, dict) and set(v) == {"bandwidth", "compute", "launch_us"} and all(
+            isinstance(v[k], (int, float)) and not isinstance(v[k], bool) and math.isfinite(v[k]) for k in v)
+        if not ok or not (0 < v["bandwidth"] <= 1 and 0 < v["compute"] <= 1 and v["launch_us"] >= 0):
+            raise ProfileError("must be {bandwidth: (0, 1], compute: (0, 1], launch_us: >= 0}", file=str(path),
+                               key=f"classes.{c}")
+        classes[c] = Efficiency(float(v["bandwidth"]), float(v["compute"]), float(v["launch_us"]))
+    for c in CLASSES:
+        if c not in classes and FALLBACK.get(c) not in classes:
+            raise ProfileError(f"class {c!r} missing", file=str(path), key="classes")
+    fit = EfficiencyFit(classes, tuple(raw.get("fitted_on") or ()))
+    _LOADED[str(path)] = fit
+    return fit
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m llmservingsim.device_efficiency", description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help=f"rewrite hardware/{FIT_FILE}")
+    a = ap.parse_args(argv)
+    text = fit_yaml(fit_efficiency(measured_bundles()))
+    print(text, end="")
+    if a.write:
+        out = hardware_dir() / FIT_FILE
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

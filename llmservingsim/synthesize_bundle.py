@@ -1,0 +1,156 @@
+"""Synthesize a profile bundle from a device's datasheet numbers and the shared efficiency fit.
+
+Used where a (device, model) has no measured bundle at any TP degree (so nothing to derive a
+TP from, llmservingsim/derive_bundle.py): every table a bundle holds
+(docs/profile-bundles.md) is filled with
+
+    t(op, size) = launch_c + max(bytes / (eta_bw_c * BW_peak), FLOPs / (eta_f_c * F_peak))
+
+bytes and FLOPs from op_cost.py (one rank at the TP degree), ``BW_peak`` / ``F_peak`` the
+device file's ``memory_bandwidth_gbs`` / ``peak_bf16_tflops``, and the per-class terms of the
+efficiency fit (llmservingsim/device_efficiency.py; the shipped one by default). Mixed
+prefill+decode attention points are one kernel: the prefill part's time plus the decode
+part's roofline (one launch). No skew fit is written: under a bandwidth roofline the decode
+attention time is linear in the summed KV length, so the lookup at the mean length is already
+what uneven lengths cost. No step_overhead.csv (nothing was run).
+
+Invariants: every time is finite and > 0; the output depends only on the model config, the
+device file and the fit, so the same inputs give byte-identical tables; the folder's
+PROVENANCE.md starts ``# SYNTHESIZED`` and says ``Synthesized from datasheet``, which
+``profiles._provenance`` reads as the bundle's provenance ``synthesized from datasheet``.
+"""
+from __future__ import annotations
+
+import csv
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from .device_efficiency import EfficiencyFit, load_fit, op_synth_class, prefill_attention_work
+from .hardware import Device
+from .model_config import ModelSpec
+from .op_cost import attention_work, dense_work, moe_work, per_sequence_work
+from .profiles import ProfileBundle, load_bundle
+
+LLAMA_DENSE = ("embedding", "layernorm", "qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn",
+               "down_proj", "final_layernorm")
+MLP_OPS = ("gate_up_proj", "act_fn", "down_proj")
+MAX_TOKENS = 32768          # dense.csv sizes (linear extrapolation beyond, profiles.interp)
+MAX_SEQUENCES = 1024        # per_sequence.csv sizes
+MAX_CHUNK = 16384           # attention prefill chunks
+
+
+def sizes(hi: int) -> list[int]:
+    """1..16 and then four points per octave (x1, x1.25, x1.5, x1.75) up to ``hi``: the
+    roofline is piecewise linear in size, so linear interpolation between these is close."""
+    out = set(range(1, 17))
+    p = 16
+    while p <= hi:
+        out.update(int(p * f) for f in (1, 1.25, 1.5, 1.75) if p * f <= hi)
+        p *= 2
+    return sorted(out)
+
+
+def pow2(lo: int, hi: int) -> list[int]:
+    out, p = [], lo
+    while p <= hi:
+        out.append(p)
+        p *= 2
+    return out
+
+
+def dense_ops(model: ModelSpec) -> tuple:
+    """The dense.csv ops vLLM runs for this architecture (MoE models drop the dense MLP)."""
+    ops = [o for o in LLAMA_DENSE if not (model.is_moe and o in MLP_OPS)]
+    if model.qk_norm:
+        ops.insert(ops.index("rotary_emb"), "qk_norm")
+    return tuple(ops)
+
+
+def _max_kv(model: ModelSpec) -> int:
+    kv = 16
+    while kv < model.max_model_len:
+        kv *= 2
+    return kv
+
+
+def _fmt(t: float) -> str:
+    return f"{t:.4f}"
+
+
+def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Optional[EfficiencyFit] = None) -> Path:
+    """Write the bundle of ``model`` on ``device`` at TP ``tp`` into ``out`` (a tp<N> folder)
+    and return it. ``fit`` defaults to the shipped efficiency fit."""
+    fit = fit or load_fit()
+    roof = fit.rooflines(device)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(name: str, header: list, rows) -> None:
+        with open(out / name, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(header)
+            w.writerows(rows)
+
+    write("dense.csv", ["layer", "tokens", "time_us"],
+          ([op, T, _fmt(roof[op_synth_class(op)].time_us(dense_work(model, op, T, tp)))]
+           for op in dense_ops(model) for T in sizes(MAX_TOKENS)))
+    write("per_sequence.csv", ["layer", "sequences", "time_us"],
+          ([op, S, _fmt(roof[op_synth_class(op)].time_us(per_sequence_work(model, op, S, tp)))]
+           for op in ("lm_head", "sampler") for S in sizes(MAX_SEQUENCES)))
+    kv_max = _max_kv(model)
+    chunks, kvs, decodes = pow2(16, MAX_CHUNK), pow2(16, kv_max), pow2(1, 256)
+    pre, dec = roof["attention_prefill"], roof["attention_decode"]
+
+    def t_pre(c, p):
+        return pre.time_us(prefill_attention_work(model, c, p, tp, device.sm_count))
+
+    def roof_dec(n, k):
+        return dec.time_us(attention_work(model, 0, 0, n, k, tp)) - dec.launch_us
+
+    rows = [[0, 0, n, k, _fmt(dec.launch_us + roof_dec(n, k))] for n in decodes for k in kvs]
+    rows += [[c, p, 0, 0, _fmt(t_pre(c, p))] for c in chunks for p in [0] + kvs]
+    rows += [[c, p, n, k, _fmt(t_pre(c, p) + roof_dec(n, k))]
+             for c in chunks for p in [0] + kvs for n in decodes for k in kvs]
+    write("attention.csv", ["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"], rows)
+    if model.is_moe:
+        moe = roof["moe"]
+        E = model.num_experts
+        write("moe.csv", ["tokens", "activated_experts", "time_us"],
+              ([T, a, _fmt(moe.time_us(moe_work(model, T, a, tp)))]
+               for T in pow2(1, MAX_TOKENS) for a in range(1, E + 1)))
+    table = "\n".join(f"| {c} | {fit.for_class(c).bandwidth:g} | {fit.for_class(c).compute:g} | "
+                      f"{fit.for_class(c).launch_us:g} | {r.bandwidth_gbs:.1f} | {r.tflops:.1f} |"
+                      for c, r in roof.items())
+    (out / "PROVENANCE.md").write_text(
+        f"# SYNTHESIZED bundle: {device.name} {model.name} bf16 tp{tp}\n\n"
+        f"Not measured. Synthesized from datasheet: {device.name}'s memory_bandwidth_gbs "
+        f"{device.memory_bandwidth_gbs:g} GB/s and peak_bf16_tflops {device.peak_bf16_tflops:g} ({device.path.name}) "
+        f"times the per-op-class efficiencies fitted across the measured devices "
+        f"(llmservingsim/device_efficiency.py, docs/datasheet-synthesis.md); every time is "
+        f"launch + max(bytes / BW, FLOPs / F) of the op's work on one rank (llmservingsim/op_cost.py). "
+        f"No skew fit, no step_overhead.csv. Replace with a measured bundle when one exists.\n\n"
+        f"Fitted on: {'; '.join(fit.fitted_on) or 'n/a'}.\n\n"
+        f"| class | bandwidth fraction | compute fraction | launch (µs) | BW (GB/s) | F (TFLOP/s) |\n"
+        f"|---|---:|---:|---:|---:|---:|\n{table}\n", encoding="utf-8")
+    return out
+
+
+_SYNTHESIZED: dict = {}      # (device file, model, tp) -> bundle synthesized in this process
+
+
+def load_synthesized(device: Device, model: ModelSpec, tp: int, where: Path) -> ProfileBundle:
+    """The bundle ``synthesize`` writes, loaded from a temporary folder that is removed at
+    once (nothing is written into the profile tree); ``path`` is set to ``where`` (the
+    folder a measured bundle would have) and ``provenance`` to "synthesized from datasheet
+    on the fly". Kept per process."""
+    key = (str(device.path), model.name, tp)
+    if key not in _SYNTHESIZED:
+        with tempfile.TemporaryDirectory(prefix="agentservesim-synth-") as tmp:
+            folder = Path(tmp) / device.name / model.name / "bf16" / f"tp{tp}"
+            synthesize(device, model, tp, folder)
+            bundle = load_bundle(device.name, model.name, tp, root=Path(tmp), cache=False)
+        bundle.path = Path(where)
+        bundle.provenance += " on the fly"
+        _SYNTHESIZED[key] = bundle
+    return _SYNTHESIZED[key]
