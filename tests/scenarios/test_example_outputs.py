@@ -28,12 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("golden") / "example_outputs.json"
 OUTPUTS = ("calls.csv", "programs.csv", "timeseries.csv", "summary.json")
 CAP = 8
-# Shipped configs that cannot run in this checkout, each with the reason: they are kept (the
-# cluster they describe is valid) but have no digest until they run.
-NOT_RUNNABLE_YET = {
-    # H200 has no profile bundle (profiles/H200 is absent) until datasheet synthesis lands
-    "h200-4x8-llama70b-4xtp8.yaml",
-}
 
 
 def example_configs() -> list[Path]:
@@ -41,8 +35,6 @@ def example_configs() -> list[Path]:
     out = []
     for path in sorted((REPO / "examples").rglob("*.yaml")):
         if "sweeps" in path.parts or path.name.startswith("llm_config"):
-            continue
-        if path.name in NOT_RUNNABLE_YET:
             continue
         out.append(path)
     return out
