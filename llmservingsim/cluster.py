@@ -48,6 +48,7 @@ class Cluster:
         self.requests: dict[int, Request] = {}
         self.on_request_finished: Optional[Callable[[CallInfo], None]] = None
         self.finished_calls: list[FinishedCall] = []     # engine measurements, completion order
+        self.disagg = None      # P/D disaggregation (llmservingsim/disagg.py), None without roles
 
     @property
     def now_ns(self) -> int:
@@ -76,6 +77,11 @@ class Cluster:
         self.requests[request_id] = req
         inst.submit(req)
 
+    def submit_pair(self, prefill: int, decode: int, call: CallSpec, request_id: int) -> None:
+        """A disaggregated call: prefilled on ``prefill``, its KV sent to ``decode``, decoded
+        there (llmservingsim/disagg.py)."""
+        self.disagg.submit(prefill, decode, call, request_id)
+
     def load(self, instance: int) -> InstanceLoad:
         inst = self.instances[instance]
         kv = inst.kv
@@ -89,6 +95,8 @@ class Cluster:
 
     def finished(self, req: Request, now_ns: int) -> None:
         """Called by an instance when a request completes (before its retention decision)."""
+        if req.pd is not None and self.disagg.on_finished(req, now_ns):
+            return          # a prefill leg: the call goes on on its decode instance
         self.requests.pop(req.request_id, None)
         info = self.instances[req.instance].call_info(req)
         self.finished_calls.append(FinishedCall(

@@ -156,9 +156,10 @@ class KVCacheManager:
         return need <= free or self._reclaim(need, req.owner, dry_run=True, hits=hits)
 
     def allocate_slots(self, req: Request, num_new_tokens: int,
-                       hits: list[KVBlock] = (), num_hit_tokens: int = 0) -> bool:
+                       hits: list[KVBlock] = (), num_hit_tokens: int = 0, publish: bool = True) -> bool:
         """Reserve blocks for ``num_new_tokens`` more tokens (after ``hits``); publish full
-        blocks. Returns False, with nothing touched, when the blocks cannot be found."""
+        blocks (``publish=False``: not yet, their content is still to arrive: a P/D decode
+        leg). Returns False, with nothing touched, when the blocks cannot be found."""
         held = self.req_blocks.get(req.request_id)
         num_held = len(held) if held is not None else 0
         total = req.num_computed_tokens + num_hit_tokens + num_new_tokens
@@ -188,7 +189,8 @@ class KVCacheManager:
                 self.num_cached_blocks[req.request_id] = len(hits)
         if num_new_blocks:
             held.extend(self.pool.get_new_blocks(num_new_blocks))
-        self.cache_blocks(req, min(total, req.num_tokens))
+        if publish:
+            self.cache_blocks(req, min(total, req.num_tokens))
         return True
 
     def append_new_block(self, req: Request) -> None:

@@ -22,6 +22,7 @@ and ``num_tokens`` of a request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus
@@ -51,6 +52,9 @@ class SchedulerOutput:
     scheduled: list = field(default_factory=list)     # [ScheduledRequest] in batch order
     preempted: list = field(default_factory=list)
     num_tokens: int = 0
+    # P/D: decode legs whose blocks this pass allocated for a remote prefill's KV (their
+    # transfers start when this step launches); None (not an empty list) unless there are some
+    remote: Optional[list] = None
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
@@ -66,6 +70,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_ff_steps = 0       # steps applied in bulk by fast-forward
         self.num_ff_queued_steps = 0    # of which with requests waiting (admission blocked)
+        self.num_receiving = 0      # P/D decode legs holding blocks while their KV arrives
 
     def add_request(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
@@ -135,6 +140,22 @@ class Scheduler:
                     break
                 if not kv.can_fit_full_sequence(req, hits):
                     break
+                pd = req.pd
+                if pd is not None and pd.decode is req and not pd.allocated:
+                    # P/D decode leg (vLLM's NIXL connector): blocks for the whole prompt, the
+                    # part not hit locally to be pulled from the prefill instance; nothing is
+                    # computed and no budget is used until the KV has arrived
+                    if not kv.allocate_slots(req, req.num_tokens - num_hit, hits, num_hit, publish=False):
+                        break
+                    waiting.pop()
+                    pd.allocated = True
+                    pd.local_hit_tokens = num_hit
+                    req.num_cached_tokens = num_hit
+                    self.num_receiving += 1
+                    if out.remote is None:
+                        out.remote = []
+                    out.remote.append(req)
+                    continue
                 if not kv.allocate_slots(req, num_new, hits, num_hit):
                     break
                 waiting.pop()

@@ -43,7 +43,7 @@ TOP_KEYS = {
     "hardware": ((str,), "RTXPRO6000"),
     "profiles": ((str,), None),
     "parallelism": ((dict,), None),
-    "instances": ((int,), 1),
+    "instances": ((int, list), 1),     # a list: per-instance mappings (program_layer/instances.py)
     "engine": ((dict,), None),
     "workload": ((dict,), None),
     "policies": ((dict,), None),
@@ -79,6 +79,11 @@ class _Lines:
             for k, v in node.value:
                 path = f"{prefix}{k.value}"
                 self.lines[path] = k.start_mark.line + 1
+                self._walk(v, path + ".")
+        elif isinstance(node, yaml.SequenceNode) and prefix:    # list items: key[0], key[0].sub
+            for i, v in enumerate(node.value):
+                path = f"{prefix[:-1]}[{i}]"
+                self.lines[path] = v.start_mark.line + 1
                 self._walk(v, path + ".")
 
     def get(self, key: str) -> Optional[int]:
@@ -124,12 +129,13 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
         raise ConfigError("give exactly one of workload.path (JSONL, or a trace with workload.trace) "
                           "and workload.generator", file=source, line=lines.get("workload"), key="workload")
     cfg["workload"] = {k: v for k, v in wl.items() if v is not None}
-    for key, minimum in (("parallelism.tp", 1), ("parallelism.pp", 1), ("instances", 1)):
+    listed = isinstance(cfg["instances"], list)
+    for key, minimum in (("parallelism.tp", 1), ("parallelism.pp", 1)) + ((("instances", 1),) if not listed else ()):
         sec, _, name = key.rpartition(".")
         val = (cfg[sec] if sec else cfg)[name]
         if val < minimum:
             raise ConfigError(f"must be >= {minimum}", file=source, line=lines.get(key), key=key)
-    if cfg["instances"] > MAX_INSTANCES:
+    if not listed and cfg["instances"] > MAX_INSTANCES:
         raise ConfigError(f"{cfg['instances']} instances is more than the simulator supports (at most "
                           f"{MAX_INSTANCES}): every call's routing decision reads every instance's load, so "
                           "time grows with calls x instances", file=source, line=lines.get("instances"),
@@ -149,6 +155,9 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
                           key="engine.gpu_memory_utilization")
     if eng["scheduling_policy"] not in (None, "fcfs", "priority"):
         raise ConfigError("must be fcfs or priority", file=source, key="engine.scheduling_policy")
+    if listed:                      # per-instance mappings, checked over the top-level values
+        from .instances import check_instance_list
+        cfg["instances"] = check_instance_list(cfg, source, lines)
     return cfg
 
 

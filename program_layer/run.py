@@ -29,6 +29,8 @@ from llmservingsim.step_timer import StepTimer
 from . import outputs, package_version
 from .config import resolve_engine, validate_config
 from .dispatch import DispatchPlane
+from .instances import (build_instances, cluster_setup, cluster_summary, expand_instances, instance_count,
+                        is_list, placement_of)
 from .orchestrator import Orchestrator
 from .policies import BUILTINS, load_policy
 from .policies.builtin_retention import CacheLRU
@@ -54,6 +56,8 @@ class Simulation:
     overhead: object = None
     base_dir: Path = Path(".")
     bundle: object = None
+    specs: list = None              # per instance: InstanceSpec, BuiltInstance (program_layer/instances.py)
+    built: list = None
 
     def end_ns(self) -> int:
         """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
@@ -116,38 +120,13 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
             cfg["workload"]["seed"] = seed
     policies = {axis: load_policy(axis, cfg["policies"][axis], base_dir=base)
                 for axis in ("retention", "scheduling", "routing")}
-    model = load_model(config_ref("model", cfg["model"], base))
-    device = load_device(config_ref("hardware", cfg["hardware"], base))
-    tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
-    if tp * pp > device.gpus_per_node:
-        raise ConfigError(f"tp x pp = {tp * pp} GPUs, but a {device.name} node has {device.gpus_per_node}: "
-                          f"one instance must fit in one node", key="parallelism.tp")
-    dispatch = DispatchPlane(policies["routing"], policies["scheduling"], cfg["instances"])
-    engine = resolve_engine(cfg["engine"], device.cuda_memory_bytes / (1 << 30), device.gpu, model.max_model_len, dispatch.engine_args)
-    prof_root = profiles or cfg.get("profiles")
-    if prof_root and not Path(prof_root).is_absolute():
-        prof_root = str(base / prof_root)
-    bundle = load_or_derive(device.name, model.name, tp, root=Path(prof_root) if prof_root else None,
-                            tp_key="parallelism.tp")
-    mem = plan_memory(model, device, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
-                      engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"])
-    if mem.num_blocks < 2:
-        raise ConfigError(f"no memory left for the KV cache: {mem.describe()}", key="engine.gpu_memory_utilization")
-    if mem.kv_pool_tokens < engine["max_model_len"] and cfg["engine"]["max_model_len"] is None:
-        engine["max_model_len"] = mem.kv_pool_tokens    # vLLM would refuse; cap like --max-model-len
-    perf = PerformanceModel(model, bundle, pp)
-    overhead = load_overhead(device.name).for_model(model.name)
-    if cfg.get("calibration"):
-        from .calibrate import load_calibration
-        overhead = load_calibration(base / cfg["calibration"], cfg, overhead)
-    if framework is not None:
-        overhead = replace(overhead, framework=framework)
-    choice = None
-    if cfg.get("network") is not None:
-        from llmservingsim.network_choice import network_choice
-        choice = network_choice(cfg["network"], base=base, ranks=tp * pp, source=config.get("_source"),
-                                lines=config.get("_lines"))
-    timer = StepTimer(perf, _comm_model(model, device, tp, pp, overhead, perf, choice), overhead.framework)
+    specs = expand_instances(cfg)
+    dispatch = DispatchPlane(policies["routing"], policies["scheduling"], len(specs))
+    built = build_instances(specs, cfg, base=base, profiles=profiles, framework=framework, dispatch=dispatch,
+                            config=config)
+    b0 = built[0]
+    model, device, engine, bundle, mem, overhead, timer = (b0.model, b0.device, b0.engine, b0.bundle, b0.memory,
+                                                           b0.overhead, b0.timer)
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":
@@ -156,21 +135,19 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         hooks.retention = hooks.victim_protection = hooks.residency = None
     loop = EventLoop()
     cluster = Cluster(loop, hooks)
-    metrics = MetricsCollector(cfg["instances"], trace=trace_steps)
-    sched_cfg = SchedulerConfig(engine["max_num_seqs"], engine["max_num_batched_tokens"],
-                                engine["long_prefill_token_threshold"], engine["enable_chunked_prefill"],
-                                engine["scheduling_policy"], engine["max_model_len"])
-    for i in range(cfg["instances"]):
-        kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
+    metrics = MetricsCollector(len(specs), trace=trace_steps)
+    for i, b in enumerate(built):
+        kv = KVCacheManager(b.memory.num_blocks, b.engine["block_size"], b.engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=i)
-        cluster.add_instance(Instance(i, loop, Scheduler(sched_cfg, kv), timer, hooks,
-                                      engine["async_scheduling"], cluster.finished, metrics.on_step,
+        cluster.add_instance(Instance(i, loop, Scheduler(b.sched_cfg, kv), b.timer, hooks,
+                                      b.engine["async_scheduling"], cluster.finished, metrics.on_step,
                                       metrics.on_decode_step, fast_forward=not step_mode))
+    cluster_setup(specs, built, cluster, dispatch)      # roles, the routing facts (program_layer/instances.py)
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
-    _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
+    _check_calls_fit(programs, min(b.memory.kv_pool_tokens for b in built), min(b.engine["max_model_len"] for b in built))
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
-                      base, bundle)
+                      base, bundle, specs, built)
 
 
 def config_ref(key: str, ref: str, base: Path) -> str:
@@ -207,8 +184,9 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     stats = [inst.kv.prefix_stats for inst in sim.cluster.instances]
     queries = sum(s.queries for s in stats)
     hits = sum(s.hits for s in stats)
-    power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
-    energy = sum(power.energy_j(inst.busy_ns, max(end_ns - inst.busy_ns, 0)) for inst in sim.cluster.instances)
+    powers = per_instance_power(sim)
+    energy = sum(power.energy_j(inst.busy_ns, max(end_ns - inst.busy_ns, 0))
+                 for power, inst in zip(powers, sim.cluster.instances))
     gen = sum(r["output_tokens"] for r in calls)
     prompt = sum(r["input_tokens"] - r["cached_tokens"] for r in calls)
     tp, pp = sim.cfg["parallelism"]["tp"], sim.cfg["parallelism"]["pp"]
@@ -216,8 +194,9 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     share = lambda v: round(v / busy, 6) if busy else 0.0
     return {
         "model": sim.model.name, "hardware": sim.device.name, "gpu": sim.device.gpu,
-        "parallelism": {"tp": tp, "pp": pp}, "instances": sim.cfg["instances"],
-        "placement": placement(sim.cfg["instances"], tp * pp, sim.device.gpus_per_node),
+        "parallelism": {"tp": tp, "pp": pp}, "instances": instance_count(sim.cfg["instances"]),
+        "placement": (placement(sim.cfg["instances"], tp * pp, sim.device.gpus_per_node) if not is_list(sim.cfg)
+                      else placement_of(sim.specs, sim.built)),
         "policies": {axis: policy_label(spec) for axis, spec in sim.cfg["policies"].items()},
         "bundle": {"path": f"{sim.device.name}/{sim.model.name}/bf16/tp{tp}", "provenance": sim.bundle.provenance},
         "version": package_version(),
@@ -248,7 +227,13 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
         "timeseries_interval_s": sim.metrics.interval_s(end_ns),
         "engine": {k: sim.engine[k] for k in sorted(sim.engine)},
         "workload": sim.workload_source if not Path(sim.workload_source).is_absolute() else Path(sim.workload_source).name,
+        **cluster_summary(sim, calls),      # per-instance facts, KV transfers (instances: a list only)
     }
+
+
+def per_instance_power(sim: Simulation) -> list:
+    """One PowerModel per instance (its device and GPU count)."""
+    return [PowerModel(b.device, b.tp * b.pp) for b in sim.built]
 
 
 def placement(instances: int, gpus_per_instance: int, gpus_per_node: int) -> list:
@@ -331,9 +316,13 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     progs = outputs.program_rows(sim.orchestrator.program_results())
     outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS, calls)
     outputs.write_csv(out_dir / "programs.csv", outputs.PROGRAM_COLUMNS, progs)
-    power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
-    ts = sim.metrics.rows(sim.end_ns(), sim.memory.kv_bytes_per_token * sim.memory.block_size,
-                          sim.memory.weight_bytes, power)      # per GPU: each rank holds its share
+    if not is_list(sim.cfg):
+        power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
+        ts = sim.metrics.rows(sim.end_ns(), sim.memory.kv_bytes_per_token * sim.memory.block_size,
+                              sim.memory.weight_bytes, power)      # per GPU: each rank holds its share
+    else:                   # each instance its own memory plan and device
+        ts = sim.metrics.rows(sim.end_ns(), [b.memory.kv_bytes_per_token * b.memory.block_size for b in sim.built],
+                              [b.memory.weight_bytes for b in sim.built], per_instance_power(sim))
     cols = ["time_s", "instance", "running", "waiting", "kv_utilization", "memory_used_gib",
             "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)

@@ -53,6 +53,7 @@ def summary_text(s: dict, out: Path, wall: float) -> str:
 def main(args) -> int:
     from program_layer.config import load_config
     from program_layer.run import run_config
+    from program_layer.instances import instance_count
 
     from llmservingsim.errors import ConfigError
 
@@ -72,7 +73,7 @@ def main(args) -> int:
                          quiet=args.quiet, plot=args.plot)
     if not args.quiet:
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{cfg['parallelism']['tp']}"
-              f" x {cfg['instances']} instance(s); policies "
+              f" x {instance_count(cfg['instances'])} instance(s); policies "
               + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items()))
         print(summary_text(summary, out, time.perf_counter() - t0))
     return 0
