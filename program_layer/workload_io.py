@@ -38,11 +38,15 @@ def _int(obj: dict, field: str, where: dict, minimum: int = 0, default: Any = No
     return v
 
 
+_INT_ONLY = frozenset((int,))
+
+
 def _ids(obj: dict, field: str, where: dict) -> Optional[list]:
     v = obj.get(field)
     if v is None:
         return None
-    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+    # exact type check in C (json gives plain int; bool, a subclass of int, is refused)
+    if not isinstance(v, list) or not set(map(type, v)) <= _INT_ONLY:
         raise WorkloadError(f"field '{field}' must be a list of integers", **where)
     return v
 

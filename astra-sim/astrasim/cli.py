@@ -47,7 +47,8 @@ def run_cli(argv: Optional[Sequence[str]] = None) -> list[str]:
     groups = {}
     if a.comm_group_configuration and "empty" not in os.path.basename(a.comm_group_configuration):
         groups = load_comm_groups(a.comm_group_configuration, network.npus_count)
-    workload = read_workload(a.workload_configuration, network.npus_count)
+    # byte-identical rank files (tensor parallelism) are decoded and simulated once
+    workload = read_workload(a.workload_configuration, network.npus_count, share_identical=True)
     result = SystemSimulator(network, system, groups, memory).run(workload)
     lines = [f"sys[{i}] finished, {f} cycles, exposed communication {e} cycles."
              for i, (f, e) in enumerate(zip(result.finish_ns, result.exposed_comm_ns))]

@@ -95,3 +95,32 @@ def test_concurrent_chunks_share_ring_links_as_upstream():
     # one active chunk: the chunks run one after the other, as before
     one = _ring8(1, 1).collective_time_ns("all-gather", 1 << 18)
     assert _ring8(1, 4).collective_time_ns("all-gather", 1 << 20) == 4 * one
+
+
+def test_a_send_and_a_collective_share_a_link():
+    """Switch of 3 NPUs (switch = device 3), 1 GB/s (2**30 / 1e9 B/ns), 100 ns per link.
+    Rank 2 sends 10,000 B to rank 1 at t=0 while ranks 0 and 1 all-reduce 2,000 B in group
+    [0, 1] after 10 us of compute; the send and the collective's 0 -> 1 messages share the
+    switch's link (3, 1). Per hop: 1,000 B busy 931 ns, transit 1,031 ns; 10,000 B busy
+    9,313 ns, transit 9,413 ns. Group endpoint delay E = 10 ns, reduction of 1,000 B 3 ns.
+
+    send: (2,3) from 0, at the switch 9,413; (3,1) busy until 18,726, at rank 1 at 18,826.
+    collective, injected at 10,010 (10,000 + E), ring of 2, messages of 1,000 B:
+      reduce-scatter  0->1: switch 11,041, (3,1) waits for the send: 18,726 -> rank 1 19,757
+                      1->0: rank 0 at 12,072
+                      done: rank 0 12,072 + E + 3 = 12,085; rank 1 19,757 + 13 = 19,770
+      all-gather      0->1 at 12,085: switch 13,116, (3,1) free at 18,726 + 931 = 19,657 -> 20,688
+                      1->0 at 19,770: switch 20,801 -> rank 0 21,832
+                      done: rank 0 21,832 + E = 21,842; rank 1 20,688 + E = 20,698
+    Alone the collective ends at 10,000 + 4,157 on both ranks."""
+    net = CongestionAwareNetwork(parse_network({"topology": ["Switch"], "npus_count": [3],
+                                                "bandwidth": [1.0], "latency": [100.0]}))
+    sim = SystemSimulator(net, SystemConfig(preferred_dataset_splits=1, local_mem_bw_gbs=1000.0), {1: [0, 1]})
+    N = NodeType
+    comp = Node.make(0, N.COMP_NODE, duration_micros=10, is_cpu_op=False)
+    ar = Node.make(1, N.COMM_COLL_NODE, comm_type=0, comm_size=2000, is_cpu_op=False, pg_name="1", data_deps=[0])
+    send = Node.make(0, N.COMM_SEND_NODE, comm_src=2, comm_dst=1, comm_tag=7, comm_size=10000, is_cpu_op=False)
+    recv = Node.make(2, N.COMM_RECV_NODE, comm_src=2, comm_dst=1, comm_tag=7, comm_size=10000, is_cpu_op=False)
+    assert sim.collective_time_ns("all-reduce", 2000, [0, 1]) == 4157
+    assert sim.run([[comp, ar], [comp, ar], [comp]]).finish_ns == [14157, 14157, 10000]
+    assert sim.run([[comp, ar], [comp, ar, recv], [send]]).finish_ns == [21842, 20698, 18826]

@@ -177,3 +177,21 @@ def test_cli_runs_a_generator_spec(tmp_path, capsys):
     (tmp_path / "net.yml").write_text("generator: pcie_tree\ngpus: four\n")
     assert main(args) == 2
     assert capsys.readouterr().err.strip() == f"error: {tmp_path}/net.yml, key 'gpus': must be an integer >= 1, got 'four'"
+
+
+def test_concurrent_collectives_share_the_root_of_a_pcie_tree():
+    """4 GPUs under 2 PCIe switches (0, 1 | 2, 3). Two all-reduces at once: within each switch
+    they use disjoint links and each takes its idle-network time; across the root ([0, 2] and
+    [1, 3]) they queue on the root's links. The one timed first keeps its idle time, the other
+    waits behind its reservations: slower than alone, faster than one after the other."""
+    sim = SystemSimulator(GraphNetwork(pcie_tree(gpus=4, switches=2)), SystemConfig(preferred_dataset_splits=1),
+                          {1: [0, 1], 2: [2, 3], 3: [0, 2], 4: [1, 3]})
+    ar = lambda pg: Node.make(0, NodeType.COMM_COLL_NODE, comm_type=0, comm_size=1 << 20,  # noqa: E731
+                              is_cpu_op=False, pg_name=pg)
+    within = sim.collective_time_ns("all-reduce", 1 << 20, [0, 1])
+    assert sim.run([[ar("1")], [ar("1")], [ar("2")], [ar("2")]]).finish_ns == [within] * 4
+    across = sim.collective_time_ns("all-reduce", 1 << 20, [0, 2])
+    assert sim.collective_time_ns("all-reduce", 1 << 20, [1, 3]) == across
+    fin = sim.run([[ar("3")], [ar("4")], [ar("3")], [ar("4")]]).finish_ns
+    assert fin[0] == fin[2] == across                  # group 3 completes its arrival first
+    assert fin[1] == fin[3] and across < fin[1] < 2 * across

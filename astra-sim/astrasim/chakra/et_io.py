@@ -239,8 +239,8 @@ def decode_et(data: bytes, where: str = "<bytes>") -> tuple[GlobalMetadata, list
     return meta, nodes
 
 
-def read_et(path) -> tuple[GlobalMetadata, list[Node]]:
-    """Read one rank's trace: ``(metadata, nodes)`` in file order."""
+def _read_bytes(path) -> bytes:
+    """The (gunzipped) bytes of one ``.et`` file."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -251,7 +251,12 @@ def read_et(path) -> tuple[GlobalMetadata, list[Node]]:
             data = gzip.decompress(data)
         except (OSError, EOFError) as e:
             raise WorkloadError(f"not a valid gzipped Chakra execution trace: {e}", file=str(p)) from None
-    return decode_et(data, str(p))
+    return data
+
+
+def read_et(path) -> tuple[GlobalMetadata, list[Node]]:
+    """Read one rank's trace: ``(metadata, nodes)`` in file order."""
+    return decode_et(_read_bytes(path), str(path))
 
 
 def rank_file(prefix, rank: int) -> str:
@@ -269,15 +274,29 @@ def write_workload(prefix, per_rank_nodes: Sequence[Sequence[Node]],
     return paths
 
 
-def read_workload(prefix, npus_count: Optional[int] = None) -> list[list[Node]]:
-    """Read ``<prefix>.0.et``, ``<prefix>.1.et``... (all of them, or exactly ``npus_count``)."""
+def read_workload(prefix, npus_count: Optional[int] = None, *,
+                  share_identical: bool = False) -> list[list[Node]]:
+    """Read ``<prefix>.0.et``, ``<prefix>.1.et``... (all of them, or exactly ``npus_count``).
+
+    ``share_identical``: a rank whose file has the same bytes as an earlier rank's gets that
+    rank's very list (decoded once; tensor-parallel ranks usually are identical), which also
+    lets :meth:`SystemSimulator.run` simulate identical ranks once. The nodes are then shared:
+    do not mutate them."""
     out: list[list[Node]] = []
+    decoded: dict[bytes, list[Node]] = {}
     rank = 0
     while npus_count is None or rank < npus_count:
         path = rank_file(prefix, rank)
         if npus_count is None and not os.path.exists(path):
             break
-        out.append(read_et(path)[1])
+        if share_identical:
+            data = _read_bytes(path)
+            nodes = decoded.get(data)
+            if nodes is None:
+                nodes = decoded[data] = decode_et(data, path)[1]
+            out.append(nodes)
+        else:
+            out.append(read_et(path)[1])
         rank += 1
     if not out:
         raise WorkloadError("no workload files found (expected <prefix>.0.et)", file=rank_file(prefix, 0))

@@ -29,7 +29,7 @@ them is done there. Windowed direct is not modelled there (the planner refuses i
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..network.base import NetworkBackend
 from .phase_time import reduction_ns
@@ -71,9 +71,10 @@ class _SharedLinks:
     """Messages are stored and forwarded over FIFO links (``network.hop_times``), shared by
     every message sent through this object."""
 
-    def __init__(self, events: _Events, network: NetworkBackend, members, msg: int):
+    def __init__(self, events: _Events, network: NetworkBackend, members, msg: int,
+                 link_free: Optional[dict] = None):
         self.events, self.network, self.members, self.msg = events, network, members, msg
-        self.link_free: dict = {}
+        self.link_free: dict = {} if link_free is None else link_free
         self.paths: dict = {}
 
     def send(self, now: int, i: int, j: int, arrive: Callable) -> None:
@@ -208,15 +209,17 @@ def direct_phase_finish(kind: str, members: Sequence[int], network: NetworkBacke
 
 def direct_chunks_finish_links(kind: str, members: Sequence[int], network: NetworkBackend, msg: int,
                                window: int, local: bool, endpoint_delay_ns: int, local_mem_bw_gbs: float,
-                               starts: Sequence[int], chunks: int, active: int) -> list[int]:
+                               starts: Sequence[int], chunks: int, active: int,
+                               link_free: Optional[dict] = None) -> list[int]:
     """Per-member finish times of ``chunks`` chunks of a direct phase (message size ``msg``,
     ``window`` peers in flight) on a backend with shared FIFO links: member i starts ``active`` chunks at
-    ``starts[i]`` and each further chunk when one of its chunks is done there."""
+    ``starts[i]`` and each further chunk when one of its chunks is done there. ``link_free``:
+    as in :func:`~astrasim.collectives.phase_time.chunks_finish_links`."""
     n = len(members)
     if n <= 1 or chunks <= 0:
         return list(starts)
     events = _Events()
-    links = _SharedLinks(events, network, members, msg)
+    links = _SharedLinks(events, network, members, msg, link_free)
     red = reduction_ns(msg, local_mem_bw_gbs)
     finish = list(starts)
     next_chunk = [0] * n

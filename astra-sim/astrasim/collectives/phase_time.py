@@ -20,7 +20,7 @@ messages of one phase that share a link queue behind each other.
 from __future__ import annotations
 
 import heapq
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..network.base import NetworkBackend
 from .algorithms import PhasePlan
@@ -80,9 +80,13 @@ def phase_ns(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
 
 def chunks_finish_links(plan: PhasePlan, members: Sequence[int], network: NetworkBackend,
                         endpoint_delay_ns: int, local_mem_bw_gbs: float, starts: Sequence[int],
-                        chunks: int = 1, active: int = 1) -> list[int]:
+                        chunks: int = 1, active: int = 1, link_free: Optional[dict] = None) -> list[int]:
     """Per-member finish times of ``chunks`` chunks, each running ``plan``, on a backend whose
     links are shared (``network.hop_times``): one event simulation for all of them.
+
+    ``link_free`` (link -> time it is next free) is the link state to start from and leave
+    behind: a caller passes its own to make this collective queue behind, and reserve links
+    ahead of, other traffic it has timed (starts are then absolute times); default: idle links.
 
     Every member works on at most ``active`` chunks at once (upstream's
     active-chunks-per-dimension): it starts chunks 0..active-1 at its start time, and the next
@@ -104,7 +108,8 @@ def chunks_finish_links(plan: PhasePlan, members: Sequence[int], network: Networ
     injected: dict = {}
     finish = list(starts)
     next_chunk = [0] * n
-    link_free: dict = {}
+    if link_free is None:
+        link_free = {}
     hop_cache: dict = {}
     events: list = []
     seq = 0

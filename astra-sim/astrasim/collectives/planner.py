@@ -133,15 +133,24 @@ class CollectivePlanner:
 
     def collective_finish(self, kind, size: int, group: Optional[Sequence[int]] = None,
                           involved_dims: Optional[Sequence[bool]] = None,
-                          starts: Optional[Sequence[int]] = None) -> tuple[int, ...]:
+                          starts: Optional[Sequence[int]] = None,
+                          link_free: Optional[dict] = None) -> tuple[int, ...]:
         """Finish time of every member (``group`` order, or NPU 0..N-1 for the default group),
         member i having issued the collective at ``starts[i]`` (default: all at 0).
 
-        Memoized when all members start together; skewed starts are computed afresh.
+        ``link_free`` (congestion-aware backends): the caller's link state (link -> time it is
+        next free, absolute times like ``starts``); the collective's messages queue behind
+        what is reserved there and reserve their own links in it, so collectives and sends
+        timed on one ``link_free`` slow each other where they share links.
+
+        Memoized when all members start together on idle links; otherwise computed afresh.
         """
         g = None if group is None else tuple(group)
         inv = None if involved_dims is None else tuple(involved_dims)
         n = self.network.npus_count if g is None else len(g)
+        if link_free is not None and self.network.congestion_aware:
+            starts = (0,) * n if starts is None else tuple(starts)
+            return self._compute(normalize_kind(kind), int(size), g, inv, starts, link_free)
         if starts is not None and any(starts):
             return self._compute(normalize_kind(kind), int(size), g, inv, tuple(starts))
         key = (kind, size, g, inv)
@@ -207,7 +216,8 @@ class CollectivePlanner:
                     + [(a, "all-gather") for a in reversed(active[:-1])])
         return [(a, kind) for a in active]
 
-    def _per_rank_chunks(self, impl, kind, members, chunk, chunks, local, starts) -> tuple[int, ...]:
+    def _per_rank_chunks(self, impl, kind, members, chunk, chunks, local, starts,
+                         link_free=None) -> tuple[int, ...]:
         """Chunks of a one-phase collective whose ring spans every member: each rank starts its
         next chunk as soon as one of its ``active`` slots is free (per-rank skew is kept). On a
         congestion-aware backend all chunks are simulated together, sharing links."""
@@ -218,9 +228,9 @@ class CollectivePlanner:
             if impl.algorithm == "direct":
                 msg = chunk if kind == "all-gather" else chunk // len(members)
                 return tuple(direct_chunks_finish_links(kind, members, self.network, msg, impl.window, local,
-                                                        e, mem, starts, chunks, k))
+                                                        e, mem, starts, chunks, k, link_free))
             plan = plan_phase(impl.algorithm, kind, len(members), chunk, impl.window)
-            return tuple(chunks_finish_links(plan, members, self.network, e, mem, starts, chunks, k))
+            return tuple(chunks_finish_links(plan, members, self.network, e, mem, starts, chunks, k, link_free))
         slots = [[s] * k for s in starts]
         finish = list(starts)
         for _ in range(chunks):
@@ -233,7 +243,8 @@ class CollectivePlanner:
                 finish[i] = max(finish[i], base + f)
         return tuple(finish)
 
-    def _compute(self, kind: str, size: int, group, involved, starts: tuple[int, ...]) -> tuple[int, ...]:
+    def _compute(self, kind: str, size: int, group, involved, starts: tuple[int, ...],
+                 link_free: Optional[dict] = None) -> tuple[int, ...]:
         chunk, chunks = self._chunking(kind, size)
         if chunks == 0:
             return starts
@@ -241,11 +252,11 @@ class CollectivePlanner:
         if group is not None and len(group) != n_all:
             impls = self.system.implementations[kind]
             impl = impls[0] if len(impls) == 1 else Implementation("ring")
-            return self._per_rank_chunks(impl, kind, group, chunk, chunks, True, starts)
+            return self._per_rank_chunks(impl, kind, group, chunk, chunks, True, starts, link_free)
         steps = self._phase_list(kind, involved)
         if len(steps) == 1 and len(steps[0][0][2]) == n_all:
             (_dim, impl, members), k = steps[0]
-            fin = self._per_rank_chunks(impl, k, members, chunk, chunks, False, starts)
+            fin = self._per_rank_chunks(impl, k, members, chunk, chunks, False, starts, link_free)
             return tuple(fin[members.index(r)] for r in range(n_all))
         # several phases (or parallel rings): identical on every rank; start when all have issued
         phases = []

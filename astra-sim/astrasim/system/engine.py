@@ -39,6 +39,14 @@ from ..chakra.schema import Node, NodeType
 from ..config.memory import RemoteMemoryConfig
 from ..config.system import SystemConfig
 from ..errors import StuckError, WorkloadError
+
+
+#: remote memories one rank's accesses delay another's on (they break the symmetry)
+SHARED_MEMORIES = ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION")
+
+
+class NotSymmetric(Exception):
+    """An exact symmetric run met something that identical ranks do not do in lockstep."""
 from ..collectives.planner import CollectivePlanner
 from ..network.base import NetworkBackend
 from .workload import (OP_COLL, OP_COMPUTE, OP_MEM, OP_RECV, OP_REPLAY, OP_SEND, OP_SKIP,
@@ -99,10 +107,12 @@ class Run:
     def __init__(self, per_rank_nodes: Sequence[Sequence[Node]], network: NetworkBackend,
                  system: SystemConfig, planner: CollectivePlanner,
                  comm_groups: dict[int, tuple[int, ...]], memory: Optional[RemoteMemoryConfig],
-                 symmetric: bool = False):
-        # symmetric: one graph stands for every rank (all ranks identical), see run_symmetric
+                 symmetric: bool = False, exact: bool = False):
+        # symmetric: one graph stands for every rank (all ranks identical), see run_symmetric;
+        # exact: raise NotSymmetric where that would differ from run() on identical graphs
         self.symmetric = symmetric
-        if symmetric and memory is not None and memory.memory_type in ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION"):
+        self.exact = exact
+        if symmetric and memory is not None and memory.memory_type in SHARED_MEMORIES:
             raise WorkloadError("run_symmetric cannot model a remote memory shared between ranks "
                                 f"({memory.memory_type}); use run()")
         if not symmetric and len(per_rank_nodes) != network.npus_count:
@@ -118,7 +128,7 @@ class Run:
         self.sends: dict[tuple, list[int]] = {}             # (src,dst,tag,size) -> arrival times
         self.recvs: dict[tuple, list[tuple[int, int, int]]] = {}  # -> (rank, pos, issue time)
         self.channel_free: dict[int, int] = {}
-        self.link_free: dict = {}                           # congestion-aware sends only
+        self.link_free: dict = {}                           # congestion-aware: link -> next free
         self.all_ranks = tuple(range(network.npus_count))
 
     # ------------------------------------------------------------------ driver
@@ -292,20 +302,38 @@ class Run:
         if self.symmetric:
             # every rank issues this collective at this same instant (identical graphs)
             del self.colls[(gid, k)]
-            self._push(now + self.planner.collective_ns(kind, size, None if gid == 0 else members,
-                                                        c.involved), rank, pos)
+            group = None if gid == 0 else members
+            if self.exact:
+                # exact only if every NPU is a member (else non-members would fail in run())
+                # and all members finish together (else the ranks' clocks part)
+                if len(set(members)) != len(self.all_ranks):
+                    raise NotSymmetric(f"node {node.id}: group {gid} is not every NPU")
+                fin = self.planner.collective_finish(kind, size, group, c.involved)
+                if min(fin) != max(fin):
+                    raise NotSymmetric(f"node {node.id}: members of group {gid} finish apart")
+            self._push(now + self.planner.collective_ns(kind, size, group, c.involved), rank, pos)
             return
         if len(c.arrived) < len(members):
             return
         del self.colls[(gid, k)]
+        group = None if gid == 0 else members
+        if self.net.congestion_aware:
+            # its messages share links with every collective and send timed before it
+            fin = self.planner.collective_finish(kind, size, group, c.involved,
+                                                 [c.issued[r] for r in members], self.link_free)
+            for r, f in zip(members, fin):
+                self._push(max(now, f), r, c.arrived[r])
+            return
         base = min(c.issued.values())
         starts = [c.issued[r] - base for r in members]
-        fin = self.planner.collective_finish(kind, size, None if gid == 0 else members, c.involved, starts)
+        fin = self.planner.collective_finish(kind, size, group, c.involved, starts)
         for r, f in zip(members, fin):
             self._push(max(now, base + f), r, c.arrived[r])
 
     def _start_send(self, rank: int, pos: int, node: Node, now: int) -> None:
         if self.symmetric:
+            if self.exact:
+                raise NotSymmetric(f"node {node.id}: send/recv")
             raise WorkloadError(f"node {node.id}: run_symmetric does not support send/recv; use run()")
         src = int(node.get("comm_src", rank))
         if src != rank:
@@ -325,7 +353,7 @@ class Run:
 
     def _deliver(self, src: int, dst: int, size: int, now: int) -> int:
         """Arrival time of a point-to-point message; on a congestion-aware network it queues
-        behind earlier sends on each link (links reserved hop by hop at issue time)."""
+        behind earlier sends and collectives on each link (links reserved hop by hop at issue time)."""
         if not self.net.congestion_aware:
             return now + self.net.send_ns(src, dst, size)
         t = now
@@ -337,6 +365,8 @@ class Run:
 
     def _start_recv(self, rank: int, pos: int, node: Node, now: int) -> None:
         if self.symmetric:
+            if self.exact:
+                raise NotSymmetric(f"node {node.id}: send/recv")
             raise WorkloadError(f"node {node.id}: run_symmetric does not support send/recv; use run()")
         dst = int(node.get("comm_dst", rank))
         if dst != rank:

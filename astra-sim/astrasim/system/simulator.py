@@ -18,7 +18,8 @@ from ..config.groups import parse_comm_groups
 from ..config.memory import RemoteMemoryConfig
 from ..config.system import SystemConfig
 from ..network.base import NetworkBackend
-from .engine import Run, RunResult
+from ..errors import AstraSimError
+from .engine import SHARED_MEMORIES, NotSymmetric, Run, RunResult
 
 
 class SystemSimulator:
@@ -54,7 +55,26 @@ class SystemSimulator:
         return self.planner.collective_ns(kind, size_bytes, group, involved_dims)
 
     def run(self, per_rank_nodes: Sequence[Sequence[Node]]) -> RunResult:
-        """Simulate one graph per rank (``per_rank_nodes[r]`` for NPU r) to completion."""
+        """Simulate one graph per rank (``per_rank_nodes[r]`` for NPU r) to completion.
+
+        When every rank is given the very same sequence object (``[nodes] * N``, or
+        ``read_workload(..., share_identical=True)`` on byte-identical files), the graph is
+        simulated once in lockstep, which is exact while every collective spans all NPUs and
+        its members finish together, and there are no send/recv nodes and no remote memory
+        shared between ranks. Anything else (an error included) falls back to the per-rank
+        run, so the result and any error are always those of the per-rank run."""
+        first = per_rank_nodes[0] if per_rank_nodes else None
+        memory = self.remote_memory
+        if (len(per_rank_nodes) == self.network.npus_count > 1
+                and all(r is first for r in per_rank_nodes)
+                and (memory is None or memory.memory_type not in SHARED_MEMORIES)):
+            try:
+                one = Run([first], self.network, self.system, self.planner, self.comm_groups,
+                          memory, symmetric=True, exact=True).execute()
+            except (NotSymmetric, AstraSimError):
+                pass
+            else:
+                return _repeat(one, len(per_rank_nodes))
         return Run(per_rank_nodes, self.network, self.system, self.planner, self.comm_groups,
                    self.remote_memory).execute()
 
@@ -71,6 +91,10 @@ class SystemSimulator:
         """
         one = Run([nodes], self.network, self.system, self.planner, self.comm_groups,
                   self.remote_memory, symmetric=True).execute()
-        k = self.network.npus_count if ranks is None else ranks
-        return RunResult(one.finish_ns * k, one.exposed_comm_ns * k, one.comm_only_ns * k,
-                         one.gpu_compute_ns * k)
+        return _repeat(one, self.network.npus_count if ranks is None else ranks)
+
+
+def _repeat(one: RunResult, k: int) -> RunResult:
+    """The result of one symmetric rank as every one of ``k`` ranks."""
+    return RunResult(one.finish_ns * k, one.exposed_comm_ns * k, one.comm_only_ns * k,
+                     one.gpu_compute_ns * k)
