@@ -129,12 +129,7 @@ class Disaggregation:
         p.kv.free(pd.prefill)
         p.num_sending -= 1
         d = cluster.instances[pd.decode_instance]
-        dec = pd.decode
-        computed = dec.prompt_len - 1
-        d.kv.cache_blocks(dec, computed)
-        dec.num_computed_tokens = computed
-        d.scheduler.num_receiving -= 1
-        d.scheduler.waiting.prepend(dec)
+        d.scheduler.remote_kv_arrived(pd.decode)
         if d.current is None:
             d._start(now)
         if p.current is None and p.scheduler.has_work():

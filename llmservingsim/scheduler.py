@@ -237,6 +237,17 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.prepend(req)
 
+    def remote_kv_arrived(self, req: Request) -> None:
+        """P/D: a decode leg's KV has arrived (llmservingsim/disagg.py). As vLLM's
+        ``_update_waiting_for_remote_kv``: the received blocks are published up to
+        ``prompt - 1`` tokens, which count as computed (the last prompt token is recomputed
+        for its logits), and the leg waits again at the front of the queue."""
+        computed = req.prompt_len - 1
+        self.kv.cache_blocks(req, computed)
+        req.num_computed_tokens = computed
+        self.num_receiving -= 1
+        self.waiting.prepend(req)
+
     def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int) -> None:
         """Fast-forward: ``steps`` decode cycles of the batch ``pending`` (every request
         computed and sampled ``steps`` more tokens; the last sampled at ``last_ns``, a first
