@@ -51,6 +51,7 @@ class Cluster:
         # data parallelism (llmservingsim/data_parallel.py): the servers, each of dp engine
         # cores in ``instances``; None when every instance is one engine core
         self.servers: Optional[list] = None
+        self.disagg = None      # P/D disaggregation (llmservingsim/disagg.py), None without roles
 
     @property
     def now_ns(self) -> int:
@@ -91,6 +92,11 @@ class Cluster:
         self.requests[request_id] = req
         inst.submit(req)
 
+    def submit_pair(self, prefill: int, decode: int, call: CallSpec, request_id: int) -> None:
+        """A disaggregated call: prefilled on ``prefill``, its KV sent to ``decode``, decoded
+        there (llmservingsim/disagg.py)."""
+        self.disagg.submit(prefill, decode, call, request_id)
+
     def load(self, instance: int) -> InstanceLoad:
         if self.servers is not None:
             from .data_parallel import server_load
@@ -107,6 +113,8 @@ class Cluster:
 
     def finished(self, req: Request, now_ns: int) -> None:
         """Called by an instance when a request completes (before its retention decision)."""
+        if req.pd is not None and self.disagg.on_finished(req, now_ns):
+            return          # a prefill leg: the call goes on on its decode instance
         self.requests.pop(req.request_id, None)
         info = self.instances[req.instance].call_info(req)
         self.finished_calls.append(FinishedCall(

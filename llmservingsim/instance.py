@@ -52,14 +52,20 @@ class Instance:
         self.num_steps = 0
         self.last_step_ns = 0
         self.step_end_ns = 0         # when the step in flight ends (valid while ``current``)
+        # P/D disaggregation (llmservingsim/disagg.py sets these; None/0 otherwise):
+        # called with the decode legs whose blocks a launched (or empty) pass allocated
+        self.on_remote_kv: Optional[Callable[[list, int], None]] = None
+        self.num_sending = 0         # finished prefill legs whose blocks wait for their transfer
 
     # ---- arrivals -----------------------------------------------------------------------
-    def submit(self, req: Request) -> None:
+    def submit(self, req: Request, ingest_hooks: bool = True) -> None:
+        """``ingest_hooks=False``: a P/D decode leg, whose call met the arrival hooks on
+        its prefill instance already."""
         now = self.loop.now
         # vLLM's engine loop ingests new requests between steps (core.py run_busy_loop)
         req.queued_ns = now if self.current is None else self.step_end_ns
         hooks = self.hooks
-        if hooks.retention is not None or hooks.priority is not None:
+        if ingest_hooks and (hooks.retention is not None or hooks.priority is not None):
             info = self.call_info(req)
             if hooks.retention is not None:
                 d = hooks.retention.on_arrival(info, now)
@@ -84,9 +90,14 @@ class Instance:
             out = self.scheduler.schedule()
         if out:
             self._launch(out, now)
-        elif out.loads:                     # kv_tiers: only loads were scheduled
+            return
+        if out.loads:                       # kv_tiers: only loads were scheduled
             self.tiers.start_loads(out.loads, now)
-        elif self.scheduler.waiting and not self.scheduler.running and (
+            return
+        if out.remote is not None:          # P/D: only KV pulls were started (vLLM: a no-forward step)
+            self.on_remote_kv(out.remote, now)
+        if self.scheduler.waiting and not self.scheduler.running and not (
+                self.num_sending or self.scheduler.num_receiving) and (
                 self.tiers is None or not self.tiers.loading):      # a tier load will wake it
             head = self.scheduler.waiting.peek()
             raise StuckError(
@@ -108,6 +119,8 @@ class Instance:
         self.num_steps += 1
         if self._on_step is not None:
             self._on_step(self, out, now, timing)
+        if out.remote is not None:
+            self.on_remote_kv(out.remote, now)
         if self.async_scheduling:
             self.pending = self.scheduler.schedule()
         self.loop.schedule(now + timing.total_ns, self._end_step)
@@ -124,14 +137,19 @@ class Instance:
         if nxt is not None and not nxt and nxt.loads:   # kv_tiers: a step of loads only
             self.tiers.start_loads(nxt.loads, now)
         if nxt:
-            if self.fast_forward and try_fast_forward(self, nxt):
+            if self.fast_forward and nxt.remote is None and try_fast_forward(self, nxt):
                 return
             self._launch(nxt, now)
-        elif self.scheduler.has_work():
+            return
+        if nxt is not None and nxt.remote is not None:
+            self.on_remote_kv(nxt.remote, now)
+        if self.scheduler.has_work():
             self._start(now)
 
     def _finish(self, req: Request, now: int) -> None:
         self._on_finished(req, now)
+        if req.pd is not None and req.pd.prefill is req:
+            return      # a prefill leg keeps its blocks until its KV has been sent (disagg.py)
         decision = None
         if self.hooks.retention is not None:
             decision = self.hooks.retention.on_complete(self.call_info(req), now, self.kv.usage())

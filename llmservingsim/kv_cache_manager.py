@@ -160,8 +160,9 @@ class KVCacheManager:
     def allocate_slots(self, req: Request, num_new_tokens: int,
                        hits: list[KVBlock] = (), num_hit_tokens: int = 0, publish: bool = True) -> bool:
         """Reserve blocks for ``num_new_tokens`` more tokens (after ``hits``); publish full
-        blocks (``publish=False``: a tier load's destination, published when it lands).
-        Returns False, with nothing touched, when the blocks cannot be found."""
+        blocks (``publish=False``: not yet, their content is still to arrive: a kv_tiers load's
+        destination or a P/D decode leg's, published when it lands). Returns False, with
+        nothing touched, when the blocks cannot be found."""
         held = self.req_blocks.get(req.request_id)
         num_held = len(held) if held is not None else 0
         total = req.num_computed_tokens + num_hit_tokens + num_new_tokens

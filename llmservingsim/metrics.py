@@ -195,13 +195,18 @@ class MetricsCollector:
         last sample on. ``memory_used_gib`` is per GPU of the instance: its weights plus the
         KV blocks in use (blocks and their bytes are per rank; every rank of an instance
         holds the same share). Token columns are per second: the interval's tokens / w (an
-        integer count at w = 1 s)."""
+        integer count at w = 1 s). ``block_bytes``, ``weight_bytes_per_gpu`` and
+        ``power_model`` may be lists, one per instance (a heterogeneous cluster)."""
         k = self.interval_s(end_ns)
         width = k * NS_PER_S
         nrows = end_ns // width + 1
         rows = []
         gib = float(1 << 30)
+        per = isinstance(power_model, list)
+        all_blocks, all_weights, all_power = block_bytes, weight_bytes_per_gpu, power_model
         for i, s in enumerate(self.series):
+            if per:
+                block_bytes, weight_bytes_per_gpu, power_model = all_blocks[i], all_weights[i], all_power[i]
             if s.inst is not None:      # the state after the last event holds from here on
                 s.sample(s.next_bin)
             a, na = 0, len(s.bins)

@@ -29,6 +29,7 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     dtype_bytes: int = 2
     qk_norm: bool = False          # per-head RMSNorm on q and k (Qwen3 families)
+    architecture: str = ""         # config.json model_type (a cluster serves one family)
 
     @property
     def is_moe(self) -> bool:
@@ -108,4 +109,5 @@ def load_model(name: str) -> ModelSpec:
         moe_intermediate_size=int(cfg.get("moe_intermediate_size", cfg.get("intermediate_size", 0)) or 0),
         dtype_bytes=DTYPE_BYTES.get(str(cfg.get("torch_dtype", "bfloat16")), 2),
         qk_norm=str(cfg.get("model_type", "")) in QK_NORM_MODEL_TYPES,
+        architecture=str(cfg.get("model_type", "")),
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus
@@ -53,6 +54,9 @@ class SchedulerOutput:
     preempted: list = field(default_factory=list)
     num_tokens: int = 0
     loads: tuple = ()           # kv_tiers: requests whose tier loads start when this step launches
+    # P/D: decode legs whose blocks this pass allocated for a remote prefill's KV (their
+    # transfers start when this step launches); None (not an empty list) unless there are some
+    remote: Optional[list] = None
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
@@ -74,6 +78,7 @@ class Scheduler:
         # pipeline parallelism (llmservingsim.pipeline): a request whose sampled token is in an
         # in-flight batch has nothing to schedule (vLLM without async scheduling: num_new == 0)
         self.skip_in_flight = False
+        self.num_receiving = 0      # P/D decode legs holding blocks while their KV arrives
 
     def add_request(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
@@ -154,6 +159,25 @@ class Scheduler:
                         break
                     if took:
                         continue
+                pd = req.pd
+                if pd is not None and pd.decode is req and not pd.allocated:
+                    # P/D decode leg (vLLM's NIXL connector): blocks for the whole prompt, the
+                    # part not hit locally to be pulled from the prefill instance; nothing is
+                    # computed and no budget is used until the KV has arrived
+                    if not kv.allocate_slots(req, req.num_tokens - num_hit, hits, num_hit, publish=False):
+                        break
+                    if loaded and req is loaded[0]:
+                        loaded.popleft()
+                    else:
+                        waiting.pop()
+                    pd.allocated = True
+                    pd.local_hit_tokens = num_hit
+                    req.num_cached_tokens = num_hit
+                    self.num_receiving += 1
+                    if out.remote is None:
+                        out.remote = []
+                    out.remote.append(req)
+                    continue
                 if not kv.allocate_slots(req, num_new, hits, num_hit):
                     break
                 if loaded and req is loaded[0]:
@@ -269,6 +293,17 @@ class Scheduler:
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         self.num_preemptions += 1
+        self.waiting.prepend(req)
+
+    def remote_kv_arrived(self, req: Request) -> None:
+        """P/D: a decode leg's KV has arrived (llmservingsim/disagg.py). As vLLM's
+        ``_update_waiting_for_remote_kv``: the received blocks are published up to
+        ``prompt - 1`` tokens, which count as computed (the last prompt token is recomputed
+        for its logits), and the leg waits again at the front of the queue."""
+        computed = req.prompt_len - 1
+        self.kv.cache_blocks(req, computed)
+        req.num_computed_tokens = computed
+        self.num_receiving -= 1
         self.waiting.prepend(req)
 
     def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int) -> None:

@@ -45,7 +45,7 @@ TOP_KEYS = {
     "hardware": ((str,), "RTXPRO6000"),
     "profiles": ((str,), None),
     "parallelism": ((dict,), None),
-    "instances": ((int,), 1),
+    "instances": ((int, list), 1),     # a list: per-instance mappings (program_layer/instances.py)
     "engine": ((dict,), None),
     "workload": ((dict,), None),
     "policies": ((dict,), None),
@@ -59,6 +59,14 @@ TOP_KEYS = {
 # dp, ep: data and expert parallelism inside one instance (docs/data-expert-parallel.md);
 # ep is 1 (off) or dp x tp (vLLM's --enable-expert-parallel), checked against the model in run.py
 PARALLELISM_KEYS = {"tp": ((int,), 1), "pp": ((int,), 1), "dp": ((int,), 1), "ep": ((int,), 1)}
+
+
+def parallelism_summary(par: dict) -> dict:
+    """``parallelism`` as summary.json and config.yaml record it: dp and ep only when used
+    (so the runs without them keep their files)."""
+    return {k: v for k, v in par.items() if k in ("tp", "pp") or v != 1}
+
+
 POLICY_KEYS = {"retention": ((str, dict), "cache-lru"), "scheduling": ((str, dict), "fcfs"),
                "routing": ((str, dict), "round-robin")}
 WORKLOAD_KEYS = {
@@ -85,6 +93,11 @@ class _Lines:
             for k, v in node.value:
                 path = f"{prefix}{k.value}"
                 self.lines[path] = k.start_mark.line + 1
+                self._walk(v, path + ".")
+        elif isinstance(node, yaml.SequenceNode) and prefix:    # list items: key[0], key[0].sub
+            for i, v in enumerate(node.value):
+                path = f"{prefix[:-1]}[{i}]"
+                self.lines[path] = v.start_mark.line + 1
                 self._walk(v, path + ".")
 
     def get(self, key: str) -> Optional[int]:
@@ -131,13 +144,14 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
         raise ConfigError("give exactly one of workload.path (JSONL, or a trace with workload.trace) "
                           "and workload.generator", file=source, line=lines.get("workload"), key="workload")
     cfg["workload"] = {k: v for k, v in wl.items() if v is not None}
-    for key, minimum in (("parallelism.tp", 1), ("parallelism.pp", 1), ("parallelism.dp", 1), ("parallelism.ep", 1),
-                         ("instances", 1)):
+    listed = isinstance(cfg["instances"], list)
+    for key, minimum in (("parallelism.tp", 1), ("parallelism.pp", 1), ("parallelism.dp", 1),
+                         ("parallelism.ep", 1)) + ((("instances", 1),) if not listed else ()):
         sec, _, name = key.rpartition(".")
         val = (cfg[sec] if sec else cfg)[name]
         if val < minimum:
             raise ConfigError(f"must be >= {minimum}", file=source, line=lines.get(key), key=key)
-    if cfg["instances"] > MAX_INSTANCES:
+    if not listed and cfg["instances"] > MAX_INSTANCES:
         raise ConfigError(f"{cfg['instances']} instances is more than the simulator supports (at most "
                           f"{MAX_INSTANCES}): every call's routing decision reads every instance's load, so "
                           "time grows with calls x instances", file=source, line=lines.get("instances"),
@@ -157,6 +171,9 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
                           key="engine.gpu_memory_utilization")
     if eng["scheduling_policy"] not in (None, "fcfs", "priority"):
         raise ConfigError("must be fcfs or priority", file=source, key="engine.scheduling_policy")
+    if listed:                      # per-instance mappings, checked over the top-level values
+        from .instances import check_instance_list
+        cfg["instances"] = check_instance_list(cfg, source, lines)
     return cfg
 
 

@@ -51,7 +51,12 @@ DESCRIPTIONS: dict[str, str] = {
                    "`tp x pp x dp` must not exceed the device's `gpus_per_node`.",
     "instances": "Number of identical serving instances (1 to 10000); calls are spread over them "
                  "by the routing policy. Every call's routing decision reads every instance's "
-                 "load, so time grows with calls x instances; idle instances cost almost nothing.",
+                 "load, so time grows with calls x instances; idle instances cost almost nothing. "
+                 "Or a list of mappings, one per kind of instance, with keys `hardware`, `model`, "
+                 "`parallelism`, `engine` (overriding the top-level ones, `parallelism` and `engine` "
+                 "key by key), `role` (`prefill`, `decode` or `both`, default both: prefill/decode "
+                 "disaggregation) and `count` (default 1): a heterogeneous cluster "
+                 "(docs/serving-architectures.md).",
     "engine": "vLLM engine arguments of every instance (keys below).",
     "workload": "Where the programs come from (keys below); required. Give exactly one of "
                 "`workload.path` and `workload.generator`.",

@@ -32,6 +32,8 @@ class DispatchPlane:
         self.routing = routing
         self.scheduling = scheduling
         self.num_instances = num_instances
+        self.facts = None       # per instance: the static InflightLoad fields (instances.cluster_setup)
+        self.pairing = None     # with prefill/decode roles: program_layer/roles.RolePairing
 
     @property
     def engine_args(self) -> dict:
@@ -45,10 +47,13 @@ class DispatchPlane:
                               f"a mapping of engine arguments: {describe_exception(exc)}",
                               key="policies.scheduling") from None
 
-    def route(self, view: PCBView, inflight: tuple, now_ns: int) -> int:
+    def route(self, view: PCBView, inflight: tuple, now_ns: int):
+        """An instance index; with roles a (prefill, decode) pair (program_layer/roles.py)."""
         try:
-            choice = as_int(self.routing.select(view, inflight, now_ns / NS_PER_S),
-                            "selected instance")
+            raw = self.routing.select(view, inflight, now_ns / NS_PER_S)
+            if self.pairing is not None:
+                return self.pairing.resolve(raw, inflight)
+            choice = as_int(raw, "selected instance")
             if not 0 <= choice < self.num_instances:
                 raise InvalidDecision(f"selected instance {choice} out of range "
                                       f"[0, {self.num_instances})")
@@ -64,9 +69,12 @@ class DispatchPlane:
             raise policy_failure(exc, "scheduling", self.scheduling, view, now_ns, "priority") from exc
 
     def decide(self, view_on: Callable[[Optional[int]], PCBView], inflight: tuple,
-               signals_of: Callable[[int], Signals], now_ns: int) -> tuple[int, int]:
+               signals_of: Callable[[int], Signals], now_ns: int) -> tuple:
         """(instance, q) for the program whose views ``view_on(instance)`` builds;
-        ``view_on(None)`` is the placement-independent view routing sees."""
+        ``view_on(None)`` is the placement-independent view routing sees. With roles the
+        instance is a (prefill, decode) pair and q is decided on the prefill instance,
+        where the call queues first."""
         instance = self.route(view_on(None), inflight, now_ns)
-        q = self.priority(view_on(instance), signals_of(instance), now_ns)
+        first = instance[0] if type(instance) is tuple else instance
+        q = self.priority(view_on(first), signals_of(first), now_ns)
         return instance, q

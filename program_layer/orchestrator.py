@@ -153,15 +153,23 @@ class Orchestrator:
         if gap is not None:
             self._gaps.add(pcb.tool_name, gap)
         loads = [self.cluster.load(i) for i in range(self.cluster.num_instances)]
-        inflight = tuple(_inflight_load(load) for load in loads)
+        facts = self.dispatch.facts
+        inflight = tuple(_inflight_load(load) for load in loads) if facts is None else \
+            tuple(_inflight_load(load, f) for load, f in zip(loads, facts))
         instance, q = self.dispatch.decide(
             functools.partial(self.view, program_id, now), inflight,
             lambda i: _signals(i, loads[i]), now)
+        prefill = instance
+        if type(instance) is tuple:     # roles: (prefill, decode); the call's KV ends on decode
+            prefill, instance = instance
         pcb.apply_dispatch(instance)
         request_id = self._next_request_id
         self._next_request_id += 1
         self._in_flight[request_id] = _InFlight(program_id, k, instance, q, now)
-        self.cluster.submit(instance, call, request_id)
+        if prefill == instance:
+            self.cluster.submit(instance, call, request_id)
+        else:
+            self.cluster.submit_pair(prefill, instance, call, request_id)
 
     def on_request_finished(self, info: CallInfo) -> None:
         """Engine callback at a call's completion (before the retention hook runs)."""
@@ -222,11 +230,10 @@ class Orchestrator:
         self._pcbs[owner].apply_residency(instance, resident_tokens, protected)
 
 
-def _inflight_load(load: Any) -> InflightLoad:
-    return InflightLoad(num_running=load.num_running, num_waiting=load.num_waiting,
-                        kv_utilization=load.kv_utilization, kv_used_tokens=load.kv_used_tokens,
-                        kv_pool_tokens=load.kv_pool_tokens,
-                        inflight_tokens=load.inflight_tokens)
+def _inflight_load(load: Any, facts: tuple = ()) -> InflightLoad:
+    """``facts``: the instance's static fields (role, device, ...; InflightLoad's tail)."""
+    return InflightLoad(load.num_running, load.num_waiting, load.kv_utilization, load.kv_used_tokens,
+                        load.kv_pool_tokens, load.inflight_tokens, *facts)
 
 
 def _signals(instance: int, load: Any, kv_utilization: Optional[float] = None) -> Signals:

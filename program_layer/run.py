@@ -6,33 +6,29 @@ the program layer's Orchestrator drives it through the engine API and the four h
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
 from llmservingsim.cluster import Cluster
 from llmservingsim.errors import ConfigError, StuckError
 from llmservingsim.events import EventLoop
-from llmservingsim.hardware import load_device
 from llmservingsim.instance import Instance
 from llmservingsim.kv_cache_manager import KVCacheManager
-from llmservingsim.memory_model import plan_memory
 from llmservingsim.metrics import MetricsCollector
-from llmservingsim.model_config import load_model
-from llmservingsim.overhead_model import Framework, load_overhead
-from llmservingsim.perf_model import PerformanceModel
+from llmservingsim.overhead_model import Framework
 from llmservingsim.power import PowerModel
-from llmservingsim.derive_bundle import load_or_derive
-from llmservingsim.scheduler import Scheduler, SchedulerConfig
+from llmservingsim.scheduler import Scheduler
 from llmservingsim.pipeline import PipelineInstance
 from llmservingsim.placement import place
-from .cluster_build import (BATCH_TRACE_COLUMNS, batch_trace, instance_timers, pipeline_async_scheduling,
-                            record_batches)
+from .cluster_build import BATCH_TRACE_COLUMNS, batch_trace, instance_timers, record_batches
 from llmservingsim.step_timer import StepTimer
 
 from . import outputs, package_version
-from .config import resolve_engine, validate_config
+from .config import parallelism_summary, validate_config
 from .dispatch import DispatchPlane
+from .instances import (build_instances, check_list_cluster, cluster_setup, cluster_summary, expand_instances,
+                        facts_of, instance_count, is_list, placement_of)
 from .orchestrator import Orchestrator
 from .policies import BUILTINS, load_policy
 from .policies.builtin_retention import CacheLRU
@@ -60,7 +56,9 @@ class Simulation:
     base_dir: Path = Path(".")
     bundle: object = None
     dpep: object = None          # data / expert parallelism (llmservingsim/dp_build.py DPSetup)
-    placements: list = None         # placement.InstancePlacement per instance
+    placements: list = None         # placement.InstancePlacement per instance (instances: N)
+    specs: list = None              # per instance: InstanceSpec, BuiltInstance (program_layer/instances.py)
+    built: list = None
 
     def end_ns(self) -> int:
         """When the last call completed (later events, e.g. a protection lapsing, do not count)."""
@@ -123,58 +121,27 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
             cfg["workload"]["seed"] = seed
     policies = {axis: load_policy(axis, cfg["policies"][axis], base_dir=base)
                 for axis in ("retention", "scheduling", "routing")}
-    model = load_model(config_ref("model", cfg["model"], base))
-    device = load_device(config_ref("hardware", cfg["hardware"], base))
-    tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
-    dp, ep = cfg["parallelism"]["dp"], cfg["parallelism"]["ep"]
-    if dp > 1 or ep > 1:         # data / expert parallelism: docs/data-expert-parallel.md
-        from llmservingsim.expert_parallel import check_parallelism
-        check_parallelism(model, device.gpus_per_node, device.name, tp, pp, dp, ep)
-        if pp > 1:
-            raise ConfigError("pipeline parallelism together with data parallelism is not modelled "
-                              "(dp > 1 needs pp: 1)", key="parallelism.pp")
-    # where each instance's GPUs are (cluster.nodes / cluster.placement; docs/clusters.md)
-    placements = place(cfg.get("cluster"), instances=cfg["instances"], tp=tp, pp=pp,
-                       dp=dp, gpus_per_node=device.gpus_per_node,
-                       device=device.name, source=config.get("_source"), lines=config.get("_lines"))
-    dispatch = DispatchPlane(policies["routing"], policies["scheduling"], cfg["instances"])
-    engine = resolve_engine(cfg["engine"], device.cuda_memory_bytes / (1 << 30), device.gpu, model.max_model_len, dispatch.engine_args)
-    if pp > 1:                                  # vLLM 0.19: no async scheduling with pp > 1
-        engine["async_scheduling"] = pipeline_async_scheduling(config)
-    prof_root = profiles or cfg.get("profiles")
-    if prof_root and not Path(prof_root).is_absolute():
-        prof_root = str(base / prof_root)
-    bundle = load_or_derive(device.name, model.name, tp, root=Path(prof_root) if prof_root else None,
-                            tp_key="parallelism.tp", device=device, spec=model)
-    if model.is_moe:            # a MoE bundle without moe.csv: derived from the nearest measured one
-        from llmservingsim.expert_parallel import with_moe
-        bundle = with_moe(bundle, model, device)
-    mem = plan_memory(model, device, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
-                      engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"],
-                      dp=dp, ep=ep)
-    if mem.num_blocks < 2:
-        raise ConfigError(f"no memory left for the KV cache: {mem.describe()}", key="engine.gpu_memory_utilization")
-    if mem.kv_pool_tokens < engine["max_model_len"] and cfg["engine"]["max_model_len"] is None:
-        engine["max_model_len"] = mem.kv_pool_tokens    # vLLM would refuse; cap like --max-model-len
-    dpep = None
-    if model.is_moe and (dp > 1 or ep > 1):
-        from llmservingsim.dp_build import moe_parallel_setup
-        dpep = moe_parallel_setup(model, device, bundle, tp, pp, dp, ep)
-        bundle = dpep.bundle
-    perf = PerformanceModel(model, bundle, pp)
-    overhead = load_overhead(device.name).for_model(model.name)
-    if cfg.get("calibration"):
-        from .calibrate import load_calibration
-        overhead = load_calibration(base / cfg["calibration"], cfg, overhead)
-    if framework is not None:
-        overhead = replace(overhead, framework=framework)
-    choice = None
-    if cfg.get("network") is not None:
-        from llmservingsim.network_choice import network_choice
-        choice = network_choice(cfg["network"], base=base, ranks=tp * pp, source=config.get("_source"),
-                                lines=config.get("_lines"))
-    timers = instance_timers(placements, device, lambda layout: StepTimer(
-        perf, _comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework))
+    specs = expand_instances(cfg)
+    dispatch = DispatchPlane(policies["routing"], policies["scheduling"], len(specs))
+    built = build_instances(specs, cfg, base=base, profiles=profiles, framework=framework, dispatch=dispatch,
+                            config=config)
+    b0 = built[0]
+    model, device, engine, bundle, mem, overhead = b0.model, b0.device, b0.engine, b0.bundle, b0.memory, b0.overhead
+    tp, pp, dp = b0.tp, b0.pp, b0.dp
+    dpep = b0.dpep
+    if not is_list(cfg):
+        # where each instance's GPUs are (cluster.nodes / cluster.placement; docs/clusters.md)
+        placements = place(cfg.get("cluster"), instances=cfg["instances"], tp=tp, pp=pp,
+                           dp=dp, gpus_per_node=device.gpus_per_node,
+                           device=device.name, source=config.get("_source"), lines=config.get("_lines"))
+        timers = instance_timers(placements, device, b0.make_timer)
+        if b0.timer is None:            # spans nodes: its placement's timer
+            b0.timer = timers[0]
+            b0.facts = facts_of(b0)
+    else:                   # heterogeneous / role-split: each instance on one node (instances.py)
+        placements = None
+        check_list_cluster(cfg, specs, built)
+        timers = [b.timer for b in built]
     timer = timers[0]
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
@@ -184,35 +151,35 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         hooks.retention = hooks.victim_protection = hooks.residency = None
     loop = EventLoop()
     cluster = Cluster(loop, hooks)
-    metrics = MetricsCollector(cfg["instances"] * dp, trace=trace_steps)
-    sched_cfg = SchedulerConfig(engine["max_num_seqs"], engine["max_num_batched_tokens"],
-                                engine["long_prefill_token_threshold"], engine["enable_chunked_prefill"],
-                                engine["scheduling_policy"], engine["max_model_len"])
+    metrics = MetricsCollector(len(specs) * dp, trace=trace_steps)
+
     def engine_core(i: int, server: int, cls=Instance, on_step=metrics.on_step):
-        kv = KVCacheManager(mem.num_blocks, engine["block_size"], engine["enable_prefix_caching"],
+        b = built[server]
+        kv = KVCacheManager(b.memory.num_blocks, b.engine["block_size"], b.engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=server)
-        extra = {} if cls is not PipelineInstance else {"pp": pp}
-        return cls(i, loop, Scheduler(sched_cfg, kv), timers[server], hooks, engine["async_scheduling"],
+        extra = {} if cls is not PipelineInstance else {"pp": b.pp}
+        return cls(i, loop, Scheduler(b.sched_cfg, kv), timers[server], hooks, b.engine["async_scheduling"],
                    cluster.finished, on_step, metrics.on_decode_step, fast_forward=not step_mode, **extra)
     if dp == 1:
-        for i in range(cfg["instances"]):
-            cluster.add_instance(engine_core(i, i, Instance if pp == 1 else PipelineInstance))
+        for i, b in enumerate(built):
+            cluster.add_instance(engine_core(i, i, Instance if b.pp == 1 else PipelineInstance))
     else:
         from llmservingsim.dp_build import add_dp_servers
         dpep = add_dp_servers(cluster, cfg["instances"], dp, engine_core, timer, dpep, metrics)
     if pp > 1 and trace_steps:
         record_batches(cluster, metrics)
     if cfg.get("kv_tiers") is not None:         # CPU / CXL KV tiers (docs/kv-tiers.md)
-        if pp > 1 or dp > 1:
-            raise ConfigError("KV tiers with pipeline or data parallelism are not modelled "
-                              "(kv_tiers needs pp: 1 and dp: 1)", key="kv_tiers")
+        if pp > 1 or dp > 1 or is_list(cfg):
+            raise ConfigError("KV tiers with pipeline or data parallelism, or with a list of instances, are "
+                              "not modelled (kv_tiers needs instances: N with pp: 1 and dp: 1)", key="kv_tiers")
         from .tier_outputs import attach_cluster_tiers
         attach_cluster_tiers(cluster, cfg["kv_tiers"], device, mem, tp * pp, hooks)
+    cluster_setup(specs, built, cluster, dispatch)      # roles, the routing facts (program_layer/instances.py)
     programs, source = load_workload(cfg["workload"], base, engine["block_size"], cfg["seed"])
-    _check_calls_fit(programs, mem.kv_pool_tokens, engine["max_model_len"])
+    _check_calls_fit(programs, min(b.memory.kv_pool_tokens for b in built), min(b.engine["max_model_len"] for b in built))
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
-                      base, bundle, dpep, placements)
+                      base, bundle, dpep, placements, specs, built)
 
 
 def config_ref(key: str, ref: str, base: Path) -> str:
@@ -249,8 +216,9 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     stats = [inst.kv.prefix_stats for inst in sim.cluster.instances]
     queries = sum(s.queries for s in stats)
     hits = sum(s.hits for s in stats)
-    power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
-    energy = sum(power.energy_j(inst.busy_ns, max(end_ns - inst.busy_ns, 0)) for inst in sim.cluster.instances)
+    powers = per_instance_power(sim)
+    energy = sum(powers[inst.server].energy_j(inst.busy_ns, max(end_ns - inst.busy_ns, 0))
+                 for inst in sim.cluster.instances)      # each engine core (a DP rank: its server's GPUs)
     gen = sum(r["output_tokens"] for r in calls)
     prompt = sum(r["input_tokens"] - r["cached_tokens"] for r in calls)
     tp = sim.cfg["parallelism"]["tp"]
@@ -258,8 +226,9 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
     share = lambda v: round(v / busy, 6) if busy else 0.0
     return {
         "model": sim.model.name, "hardware": sim.device.name, "gpu": sim.device.gpu,
-        "parallelism": parallelism_summary(sim.cfg["parallelism"]), "instances": sim.cfg["instances"],
-        "placement": [p.summary() for p in sim.placements],
+        "parallelism": parallelism_summary(sim.cfg["parallelism"]), "instances": instance_count(sim.cfg["instances"]),
+        "placement": ([p.summary() for p in sim.placements] if sim.placements is not None
+                      else placement_of(sim.specs, sim.built)),
         "policies": {axis: policy_label(spec) for axis, spec in sim.cfg["policies"].items()},
         "bundle": {"path": f"{sim.device.name}/{sim.model.name}/bf16/tp{tp}", "provenance": sim.bundle.provenance},
         "version": package_version(),
@@ -291,13 +260,13 @@ def summarize(sim: Simulation, calls: list[dict], progs: list[dict]) -> dict:
         "engine": {k: sim.engine[k] for k in sorted(sim.engine)},
         "workload": sim.workload_source if not Path(sim.workload_source).is_absolute() else Path(sim.workload_source).name,
         **tier_summary(sim.cluster),        # "kv_tiers" only when configured
+        **cluster_summary(sim, calls),      # per-instance facts, KV transfers (instances: a list only)
     }
 
 
-def parallelism_summary(par: dict) -> dict:
-    """``parallelism`` as summary.json and config.yaml record it: dp and ep only when used
-    (so the runs without them keep their files)."""
-    return {k: v for k, v in par.items() if k in ("tp", "pp") or v != 1}
+def per_instance_power(sim: Simulation) -> list:
+    """One PowerModel per instance (its device and GPU count)."""
+    return [PowerModel(b.device, b.tp * b.pp) for b in sim.built]
 
 
 def placement(instances: int, gpus_per_instance: int, gpus_per_node: int) -> list:
@@ -377,9 +346,13 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     progs = outputs.program_rows(sim.orchestrator.program_results())
     outputs.write_csv(out_dir / "calls.csv", outputs.CALL_COLUMNS + add_tier_columns(sim.cluster, calls), calls)
     outputs.write_csv(out_dir / "programs.csv", outputs.PROGRAM_COLUMNS, progs)
-    power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
-    ts = sim.metrics.rows(sim.end_ns(), sim.memory.kv_bytes_per_token * sim.memory.block_size,
-                          sim.memory.weight_bytes, power)      # per GPU: each rank holds its share
+    if not is_list(sim.cfg):
+        power = PowerModel(sim.device, sim.cfg["parallelism"]["tp"] * sim.cfg["parallelism"]["pp"])
+        ts = sim.metrics.rows(sim.end_ns(), sim.memory.kv_bytes_per_token * sim.memory.block_size,
+                              sim.memory.weight_bytes, power)      # per GPU: each rank holds its share
+    else:                   # each instance its own memory plan and device
+        ts = sim.metrics.rows(sim.end_ns(), [b.memory.kv_bytes_per_token * b.memory.block_size for b in sim.built],
+                              [b.memory.weight_bytes for b in sim.built], per_instance_power(sim))
     cols = ["time_s", "instance", "running", "waiting", "kv_utilization", "memory_used_gib",
             "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)

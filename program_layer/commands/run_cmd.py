@@ -53,6 +53,7 @@ def summary_text(s: dict, out: Path, wall: float) -> str:
 def main(args) -> int:
     from program_layer.config import load_config
     from program_layer.run import run_config
+    from program_layer.instances import instance_count
 
     from llmservingsim.errors import ConfigError
 
@@ -74,7 +75,7 @@ def main(args) -> int:
         par = cfg["parallelism"]
         dpep = "".join(f" {k.upper()}{par[k]}" for k in ("dp", "ep") if par.get(k, 1) != 1)
         print(f"{path.name}: {cfg.get('model')} on {cfg.get('hardware')} TP{par['tp']}{dpep}"
-              f" x {cfg['instances']} instance(s); policies "
+              f" x {instance_count(cfg['instances'])} instance(s); policies "
               + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items())
               # a bundle that is not a measurement says so in the header (derived, synthesized)
               + ("" if summary["bundle"]["provenance"] == "measured" else f"; bundle {summary['bundle']['provenance']}"))

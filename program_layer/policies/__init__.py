@@ -5,7 +5,7 @@
 from .base import (InflightLoad, RetentionPolicy, RoutingPolicy, SchedulingPolicy, Signals,
                    policy_label)
 from .builtin_retention import TTL, CacheLRU, ContinuumTTL, EvictAlways, OffloadTTL, PressureTTL
-from .builtin_routing import LeastLoaded, RoundRobin, SessionAffinity
+from .builtin_routing import LeastExpectedCompletion, LeastLoaded, RoundRobin, SessionAffinity
 from .builtin_scheduling import FCFS, PLAS, ProgramFCFS
 from .loader import AXES, BUILTINS, load_policy
 from .min_waste import MinWaste
@@ -14,5 +14,5 @@ __all__ = [
     "RetentionPolicy", "SchedulingPolicy", "RoutingPolicy", "Signals", "InflightLoad",
     "policy_label", "load_policy", "AXES", "BUILTINS",
     "EvictAlways", "CacheLRU", "TTL", "PressureTTL", "ContinuumTTL", "MinWaste", "OffloadTTL",
-    "FCFS", "ProgramFCFS", "PLAS", "RoundRobin", "LeastLoaded", "SessionAffinity",
+    "FCFS", "ProgramFCFS", "PLAS", "RoundRobin", "LeastLoaded", "SessionAffinity", "LeastExpectedCompletion",
 ]

@@ -17,7 +17,9 @@ e.g. ``{"scheduling_policy": "priority"}``; ``{}`` keeps the engine's defaults (
 ``self.signals`` describes the instance chosen by routing.
 
 Routing: ``select(self, pcb, inflight, now) -> int`` returns an instance index;
-``inflight`` is a tuple with one ``InflightLoad`` per instance (index = instance id).
+``inflight`` is a tuple with one ``InflightLoad`` per instance (index = instance id). In a
+cluster with prefill/decode roles it may return a pair (prefill, decode) instead
+(program_layer/roles.py).
 """
 from __future__ import annotations
 
@@ -49,10 +51,18 @@ class Signals:
     running_context_tokens: int = 0
 
 
-#: One instance's load as a routing policy sees it (element of ``inflight``).
+#: One instance's load as a routing policy sees it (element of ``inflight``): its dynamic
+#: load, then static facts (docs/policies.md): role ("prefill" | "decode" | "both"), device
+#: name, gpus (tp x pp), peak_tflops and memory_bandwidth_gbs (per GPU), decode_step_s and
+#: prefill_step_s (the modelled step time of a 32-sequence decode at 1,024 tokens of context
+#: and of one 2,048-token prefill: smaller is faster). The facts have defaults, so a
+#: six-field construction still works.
 InflightLoad = namedtuple("InflightLoad", ["num_running", "num_waiting", "kv_utilization",
                                            "kv_used_tokens", "kv_pool_tokens",
-                                           "inflight_tokens"])
+                                           "inflight_tokens", "role", "device", "gpus",
+                                           "peak_tflops", "memory_bandwidth_gbs",
+                                           "decode_step_s", "prefill_step_s"],
+                          defaults=("both", "", 1, 0.0, 0.0, 0.0, 0.0))
 
 
 class _Policy:

@@ -6,7 +6,7 @@ from typing import Optional
 from ._params import integer, real
 from .base import RoutingPolicy
 
-__all__ = ["RoundRobin", "LeastLoaded", "SessionAffinity", "least_loaded"]
+__all__ = ["RoundRobin", "LeastLoaded", "SessionAffinity", "LeastExpectedCompletion", "least_loaded"]
 
 
 def least_loaded(inflight: tuple) -> int:
@@ -62,3 +62,36 @@ class SessionAffinity(RoutingPolicy):
             if not over:
                 return prior
         return least_loaded(inflight)
+
+
+class LeastExpectedCompletion(RoutingPolicy):
+    """Speed-aware: the instance where a new call's queue clears first.
+
+    Expected completion of instance i: ``(num_running + num_waiting + 1) x step_i``, the
+    calls ahead of it plus itself, each costing the instance's reference step time
+    (``InflightLoad.decode_step_s + prefill_step_s``: a faster device or a larger TP group
+    has smaller ones). Ties go to fewer calls, then lower KV utilization, then the lower
+    index; without speed facts (0.0) it is ``least-loaded``. In a cluster with
+    prefill/decode roles it returns a pair: the prefill-capable instance with the least
+    ``(calls + 1) x prefill_step_s`` and the decode-capable one with the least
+    ``(calls + 1) x decode_step_s`` (program_layer/roles.py).
+    """
+    name = "least-ect"
+
+    @staticmethod
+    def _best(inflight, among, step):
+        def key(i: int):
+            load = inflight[i]
+            calls = load.num_running + load.num_waiting
+            return ((calls + 1) * step(load), calls, load.kv_utilization or 0.0, i)
+        return min(among, key=key)
+
+    def select(self, pcb, inflight, now):
+        n = range(len(inflight))
+        if all(load.role == "both" for load in inflight):
+            return self._best(inflight, n, lambda x: x.decode_step_s + x.prefill_step_s)
+        p = self._best(inflight, [i for i in n if inflight[i].role in ("prefill", "both")],
+                       lambda x: x.prefill_step_s)
+        d = self._best(inflight, [i for i in n if inflight[i].role in ("decode", "both")],
+                       lambda x: x.decode_step_s)
+        return (p, d)

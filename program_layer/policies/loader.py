@@ -23,7 +23,7 @@ from llmservingsim.errors import ConfigError, SimError
 
 from .base import RetentionPolicy, RoutingPolicy, SchedulingPolicy
 from .builtin_retention import TTL, CacheLRU, ContinuumTTL, EvictAlways, OffloadTTL, PressureTTL
-from .builtin_routing import LeastLoaded, RoundRobin, SessionAffinity
+from .builtin_routing import LeastExpectedCompletion, LeastLoaded, RoundRobin, SessionAffinity
 from .builtin_scheduling import FCFS, PLAS, ProgramFCFS
 from .checks import is_interrupt
 from .min_waste import MinWaste
@@ -36,7 +36,7 @@ BUILTINS: dict[str, dict[str, type]] = {
     "retention": {c.name: c for c in (EvictAlways, CacheLRU, TTL, PressureTTL, ContinuumTTL,
                                       MinWaste, OffloadTTL)},
     "scheduling": {c.name: c for c in (FCFS, ProgramFCFS, PLAS)},
-    "routing": {c.name: c for c in (RoundRobin, LeastLoaded, SessionAffinity)},
+    "routing": {c.name: c for c in (RoundRobin, LeastLoaded, SessionAffinity, LeastExpectedCompletion)},
 }
 
 

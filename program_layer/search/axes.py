@@ -29,7 +29,7 @@ AXIS_OF_BASE = {name: axis for axis, name in BASE_NAMES.items()}
 BUILTINS = {
     "retention": ("evict-always", "cache-lru", "ttl", "pressure-ttl", "continuum", "min-waste", "offload-ttl"),
     "scheduling": ("fcfs", "program-fcfs", "plas"),
-    "routing": ("round-robin", "least-loaded", "session-affinity"),
+    "routing": ("round-robin", "least-loaded", "session-affinity", "least-ect"),
 }
 
 # Seeds used when the user names none: Listing 1 (TTL, tau = 2 s), Listing 3 (PLAS), and

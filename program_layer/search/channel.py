@@ -57,7 +57,8 @@ VIEW_INIT_NAMES = tuple(f.lstrip("_") for f in VIEW_FIELDS)
 SIGNAL_FIELDS = ("instance", "kv_utilization", "num_running", "num_waiting", "inflight_tokens",
                  "kv_used_tokens", "kv_pool_tokens", "running_context_tokens")
 INFLIGHT_FIELDS = ("num_running", "num_waiting", "kv_utilization", "kv_used_tokens",
-                   "kv_pool_tokens", "inflight_tokens")
+                   "kv_pool_tokens", "inflight_tokens", "role", "device", "gpus", "peak_tflops",
+                   "memory_bandwidth_gbs", "decode_step_s", "prefill_step_s")
 ENTRY_FIELDS = ("owner", "instance", "created_s", "deadline_s", "value", "num_blocks", "seq",
                 "protected", "tier")
 

@@ -162,6 +162,20 @@ _BODIES = {
         return min(range(len(inflight)), key=lambda i: (
             inflight[i].num_running + inflight[i].num_waiting, inflight[i].kv_utilization or 0.0, i))
 ''',
+    "least-ect": '''\
+    def select(self, pcb, inflight, now):
+        # least (running + waiting + 1) x the instance's reference step time; with
+        # prefill/decode roles a (prefill, decode) pair
+        def best(among, step):
+            return min(among, key=lambda i: (
+                (inflight[i].num_running + inflight[i].num_waiting + 1) * step(inflight[i]),
+                inflight[i].num_running + inflight[i].num_waiting, inflight[i].kv_utilization or 0.0, i))
+        n = range(len(inflight))
+        if all(x.role == "both" for x in inflight):
+            return best(n, lambda x: x.decode_step_s + x.prefill_step_s)
+        return (best([i for i in n if inflight[i].role in ("prefill", "both")], lambda x: x.prefill_step_s),
+                best([i for i in n if inflight[i].role in ("decode", "both")], lambda x: x.decode_step_s))
+''',
 }
 
 

@@ -115,7 +115,8 @@ class PryRoute(RoutingPolicy, Prying):
     def select(self, pcb, inflight, now):
         self.pry(pcb, now)
         objs = _reachable(inflight)
-        assert all(isinstance(o, (tuple, int, float, type(None))) for o in objs)
+        # str: the static facts role and device name (immutable, from the config)
+        assert all(isinstance(o, (tuple, int, float, str, type(None))) for o in objs)
         return 0
 
 

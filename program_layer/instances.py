@@ -1,0 +1,413 @@
+"""Per-instance specs and their construction: homogeneous (``instances: N``) and
+heterogeneous / role-split (``instances:`` a list of mappings) clusters.
+
+``instances: N`` gives N specs of the top-level ``hardware``, ``model``, ``parallelism`` and
+``engine`` with role ``both``; the build is the one a single instance always had, shared by
+the N (one device, bundle, memory plan and StepTimer). A list gives, per mapping and
+``count`` times, a spec whose keys override the top-level ones (``parallelism`` and ``engine``
+key by key), with a ``role``: ``prefill``, ``decode`` or ``both``. Identical specs share
+one build, so a list of equal mappings costs what ``instances: N`` costs.
+
+Invariants the checks here keep (each a ConfigError naming ``instances[k].<key>``):
+- every instance serves the same model family (one architecture ``model_type`` and one
+  vocabulary: one tokenizer), and one ``engine.block_size`` (the workload's token blocks
+  are hashed once);
+- at least one instance can prefill (role prefill or both) and one can decode (decode or
+  both);
+- with roles (any instance not ``both``): the instances that can exchange KV run the same
+  model with pp = 1, their TP sizes divide one another (vLLM's NIXL connector requires
+  it), and they sit on one node (a KV transfer between nodes needs an inter-node network,
+  which is not modelled).
+
+Placement: instances fill the GPUs of a node in order while they fit and use the same
+device; otherwise the next node begins (for ``instances: N`` the layout summary.json always
+reported).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+from llmservingsim.errors import ConfigError
+
+from .config import parallelism_summary
+
+ROLES = ("both", "prefill", "decode")
+INSTANCE_KEYS = {
+    "hardware": ((str,), None),
+    "model": ((str,), None),
+    "parallelism": ((dict,), None),
+    "engine": ((dict,), None),
+    "role": ((str,), "both"),
+    "count": ((int,), 1),
+}
+# Reference shapes of the speed figures routing policies see (InflightLoad.decode_step_s,
+# prefill_step_s): a decode step of 32 sequences at 1,024 tokens of context, and one
+# 2,048-token prefill with no prior context.
+REF_DECODES, REF_DECODE_CTX, REF_PREFILL_TOKENS = 32, 1024, 2048
+
+
+@dataclass
+class InstanceSpec:
+    """One instance as configured. ``parallelism`` and ``engine`` are the merged mappings
+    (``engine`` before device defaults are resolved); ``key_prefix`` names the config item
+    it came from in errors ("" for ``instances: N``)."""
+    index: int
+    hardware: str
+    model: str
+    parallelism: dict
+    engine: dict
+    role: str = "both"
+    key_prefix: str = ""
+
+    def build_key(self) -> tuple:
+        return (self.hardware, self.model, repr(sorted(self.parallelism.items())),
+                repr(sorted(self.engine.items())))
+
+
+@dataclass
+class BuiltInstance:
+    """What an instance is made of (shared by identical specs)."""
+    model: object
+    device: object
+    engine: dict
+    bundle: object
+    memory: object
+    overhead: object
+    timer: object
+    sched_cfg: object
+    tp: int
+    pp: int
+    dp: int = 1
+    ep: int = 1
+    dpep: object = None                    # dp_build.DPSetup (MoE data / expert parallelism)
+    make_timer: object = None              # layout -> StepTimer (placement layouts spanning nodes)
+    facts: tuple = field(default=())       # static InflightLoad fields but role (facts_of)
+
+
+def instance_count(instances) -> int:
+    return sum(item.get("count", 1) for item in instances) if isinstance(instances, list) else instances
+
+
+def is_list(cfg: dict) -> bool:
+    return isinstance(cfg["instances"], list)
+
+
+# ---- validation (called by config.validate_config for a list) ----------------------------
+def check_instance_list(cfg: dict, source: Optional[str], lines) -> list:
+    """The validated list (each mapping's given keys, ``role`` filled in). Every value is
+    checked as the top-level key of the same name would be, after merging it over the
+    top-level defaults."""
+    from .config import MAX_INSTANCES, _check, validate_config
+    items = cfg["instances"]
+    if not items:
+        raise ConfigError("an empty list: give an instance count or at least one mapping", file=source,
+                          line=lines.get("instances"), key="instances")
+    out, roles, block_sizes = [], [], []
+    for k, item in enumerate(items):
+        prefix = f"instances[{k}]"
+        line = lines.get(prefix) or lines.get("instances")
+        if not isinstance(item, dict):
+            raise ConfigError(f"expected a mapping of {', '.join(INSTANCE_KEYS)}, got {type(item).__name__}",
+                              file=source, line=line, key=prefix)
+        checked = _check(item, INSTANCE_KEYS, prefix + ".", source, lines)
+        given = {key: copy.deepcopy(item[key]) for key in INSTANCE_KEYS if key in item and item[key] is not None}
+        given["role"] = checked["role"]
+        if checked["role"] not in ROLES:
+            raise ConfigError(f"must be one of {', '.join(ROLES)}", file=source,
+                              line=lines.get(prefix + ".role") or line, key=prefix + ".role")
+        if checked["count"] < 1:
+            raise ConfigError("must be >= 1", file=source, line=lines.get(prefix + ".count") or line,
+                              key=prefix + ".count")
+        merged = _merged(cfg, given)
+        mini = {"model": merged["model"], "hardware": merged["hardware"], "parallelism": merged["parallelism"],
+                "engine": merged["engine"], "workload": {"generator": "swebench"}}
+        try:                       # the top-level checks, on this item's merged values
+            checked_mini = validate_config(mini)
+        except ConfigError as exc:
+            key = f"{prefix}.{exc.key}" if exc.key else prefix
+            raise ConfigError(exc.message, file=source, line=lines.get(key) or line, key=key) from None
+        roles.extend([checked["role"]] * checked["count"])
+        block_sizes.append((checked_mini["engine"]["block_size"], prefix))
+        out.append(given)
+    total = len(roles)
+    if total > MAX_INSTANCES:
+        raise ConfigError(f"{total} instances is more than the simulator supports (at most {MAX_INSTANCES}): "
+                          "every call's routing decision reads every instance's load", file=source,
+                          line=lines.get("instances"), key="instances")
+    sizes = {bs for bs, _ in block_sizes}
+    if len(sizes) > 1:
+        prefix = next(p for bs, p in block_sizes if bs != block_sizes[0][0])
+        raise ConfigError(f"every instance needs the same engine.block_size (got {sorted(sizes)}): the "
+                          "workload's token blocks are hashed once for the cluster", file=source,
+                          line=lines.get(prefix + ".engine.block_size") or lines.get(prefix), key=prefix + ".engine.block_size")
+    if not any(r in ("prefill", "both") for r in roles) or not any(r in ("decode", "both") for r in roles):
+        missing = "prefill" if not any(r in ("prefill", "both") for r in roles) else "decode"
+        raise ConfigError(f"no instance can {missing} (roles: {', '.join(roles)}): give at least one instance "
+                          f"with role {missing} or both", file=source, line=lines.get("instances"),
+                          key="instances")
+    return out
+
+
+def _merged(cfg: dict, item: dict) -> dict:
+    return {"hardware": item.get("hardware", cfg["hardware"]), "model": item.get("model", cfg["model"]),
+            "parallelism": {**cfg["parallelism"], **(item.get("parallelism") or {})},
+            "engine": {**cfg["engine"], **(item.get("engine") or {})}}
+
+
+def expand_instances(cfg: dict) -> list[InstanceSpec]:
+    """One spec per instance, in index order."""
+    if not is_list(cfg):
+        return [InstanceSpec(i, cfg["hardware"], cfg["model"], cfg["parallelism"], cfg["engine"])
+                for i in range(cfg["instances"])]
+    specs = []
+    for k, item in enumerate(cfg["instances"]):
+        m = _merged(cfg, item)
+        for _ in range(item.get("count", 1)):
+            specs.append(InstanceSpec(len(specs), m["hardware"], m["model"], dict(m["parallelism"]),
+                                      dict(m["engine"]), item.get("role", "both"), f"instances[{k}]."))
+    return specs
+
+
+# ---- construction ---------------------------------------------------------------------------
+def build_instances(specs: list, cfg: dict, *, base: Path, profiles, framework, dispatch,
+                    config: dict) -> list[BuiltInstance]:
+    """One BuiltInstance per spec (identical specs share one); checks the cluster-level
+    invariants of the module docstring."""
+    built, cache = [], {}
+    for spec in specs:
+        key = spec.build_key()
+        if key not in cache:
+            try:
+                cache[key] = _build_one(spec, cfg, base, profiles, framework, dispatch, config)
+            except ConfigError as exc:
+                if spec.key_prefix and exc.file is None and exc.key and not exc.key.startswith("instances"):
+                    raise ConfigError(exc.message, key=spec.key_prefix + exc.key) from None
+                raise
+        built.append(cache[key])
+    if len(cache) > 1:
+        _check_family(specs, built)
+    return built
+
+
+def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, config) -> BuiltInstance:
+    """Everything one instance is made of but its placement: device, model, resolved engine,
+    bundle (measured, derived or synthesized), memory plan, overhead, and ``make_timer(layout)``
+    (a StepTimer for a placement layout; ``timer`` is the one for ``None``, one node)."""
+    from llmservingsim.derive_bundle import load_or_derive
+    from llmservingsim.hardware import load_device
+    from llmservingsim.memory_model import plan_memory
+    from llmservingsim.model_config import load_model
+    from llmservingsim.overhead_model import load_overhead
+    from llmservingsim.perf_model import PerformanceModel
+    from llmservingsim.scheduler import SchedulerConfig
+    from llmservingsim.step_timer import StepTimer
+
+    from .cluster_build import pipeline_async_scheduling
+    from .config import resolve_engine
+    from .run import _comm_model, config_ref
+
+    model = load_model(config_ref("model", spec.model, base))
+    device = load_device(config_ref("hardware", spec.hardware, base))
+    par = spec.parallelism
+    tp, pp, dp, ep = par["tp"], par["pp"], par.get("dp", 1), par.get("ep", 1)
+    if dp > 1 or ep > 1:         # data / expert parallelism: docs/data-expert-parallel.md
+        from llmservingsim.expert_parallel import check_parallelism
+        check_parallelism(model, device.gpus_per_node, device.name, tp, pp, dp, ep)
+        if pp > 1:
+            raise ConfigError("pipeline parallelism together with data parallelism is not modelled "
+                              "(dp > 1 needs pp: 1)", key="parallelism.pp")
+    engine = resolve_engine(spec.engine, device.cuda_memory_bytes / (1 << 30), device.gpu, model.max_model_len,
+                            dispatch.engine_args)
+    if pp > 1:                                  # vLLM 0.19: no async scheduling with pp > 1
+        engine["async_scheduling"] = pipeline_async_scheduling(config)
+    prof_root = profiles or cfg.get("profiles")
+    if prof_root and not Path(prof_root).is_absolute():
+        prof_root = str(base / prof_root)
+    bundle = load_or_derive(device.name, model.name, tp, root=Path(prof_root) if prof_root else None,
+                            tp_key="parallelism.tp", device=device, spec=model)
+    if model.is_moe:            # a MoE bundle without moe.csv: derived from the nearest measured one
+        from llmservingsim.expert_parallel import with_moe
+        bundle = with_moe(bundle, model, device)
+    mem = plan_memory(model, device, tp, pp, engine["block_size"], engine["gpu_memory_utilization"],
+                      engine["max_num_batched_tokens"], engine["max_num_seqs"], engine["kv_pool_tokens"],
+                      dp=dp, ep=ep)
+    if mem.num_blocks < 2:
+        raise ConfigError(f"no memory left for the KV cache: {mem.describe()}", key="engine.gpu_memory_utilization")
+    if mem.kv_pool_tokens < engine["max_model_len"] and spec.engine["max_model_len"] is None:
+        engine["max_model_len"] = mem.kv_pool_tokens    # vLLM would refuse; cap like --max-model-len
+    dpep = None
+    if model.is_moe and (dp > 1 or ep > 1):
+        from llmservingsim.dp_build import moe_parallel_setup
+        dpep = moe_parallel_setup(model, device, bundle, tp, pp, dp, ep)
+        bundle = dpep.bundle
+    perf = PerformanceModel(model, bundle, pp)
+    overhead = load_overhead(device.name).for_model(model.name)
+    if cfg.get("calibration"):
+        from .calibrate import load_calibration
+        overhead = load_calibration(base / cfg["calibration"], {**cfg, "hardware": spec.hardware}, overhead)
+    if framework is not None:
+        overhead = replace(overhead, framework=framework)
+    choice = None
+    if cfg.get("network") is not None:
+        from llmservingsim.network_choice import network_choice
+        choice = network_choice(cfg["network"], base=base, ranks=tp * pp, source=config.get("_source"),
+                                lines=config.get("_lines"))
+
+    def make_timer(layout):
+        return StepTimer(perf, _comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework)
+
+    sched_cfg = SchedulerConfig(engine["max_num_seqs"], engine["max_num_batched_tokens"],
+                                engine["long_prefill_token_threshold"], engine["enable_chunked_prefill"],
+                                engine["scheduling_policy"], engine["max_model_len"])
+    # the one-node timer; an instance spanning nodes gets its timer (and routing facts) from
+    # its placement (run.py)
+    one_node = tp * pp <= device.gpus_per_node
+    b = BuiltInstance(model, device, engine, bundle, mem, overhead, make_timer(None) if one_node else None,
+                      sched_cfg, tp, pp, dp=dp, ep=ep, dpep=dpep, make_timer=make_timer)
+    if one_node:
+        b.facts = facts_of(b)
+    return b
+
+
+def facts_of(b: BuiltInstance) -> tuple:
+    """Static facts a routing policy sees (InflightLoad after ``role``): device, gpus,
+    peak_tflops (per GPU), memory_bandwidth_gbs (per GPU), decode_step_s, prefill_step_s
+    (the modelled step times at the reference shapes above: compute and framework overhead;
+    TP communication only when it is timed in-process, never by an upstream binary)."""
+    from llmservingsim.perf_model import BatchShape
+    from llmservingsim.step_timer import StepTimer
+    timer = b.timer
+    comm = timer.comm
+    if comm is not None and hasattr(comm, "inner"):      # an upstream binary: time its in-process twin
+        timer = StepTimer(timer.perf, comm.inner, timer.framework)
+    else:
+        timer = StepTimer(timer.perf, comm, timer.framework)    # a fresh memo: the run's timer stays untouched
+    n, ctx, t = REF_DECODES, REF_DECODE_CTX, REF_PREFILL_TOKENS
+    decode = timer.time_shape(BatchShape(0, 0.0, 0, n, n * (ctx + 1), ctx + 1, ctx + 1)).total_ns
+    prefill = timer.time_shape(BatchShape(t, 0.0, 1, 0, 0, 0, 0)).total_ns
+    return (b.device.name, b.tp * b.pp, float(b.device.peak_bf16_tflops), float(b.device.memory_bandwidth_gbs),
+            decode / 1e9, prefill / 1e9)
+
+
+def _check_family(specs: list, built: list) -> None:
+    first = built[0].model
+    for spec, b in zip(specs, built):
+        m = b.model
+        if (m.architecture, m.vocab_size) != (first.architecture, first.vocab_size):
+            raise ConfigError(f"model {m.name} ({m.architecture or '?'}, vocabulary {m.vocab_size}) is not of the "
+                              f"family of instance 0's {first.name} ({first.architecture or '?'}, vocabulary "
+                              f"{first.vocab_size}): one cluster serves one tokenizer and architecture",
+                              key=spec.key_prefix + "model")
+
+
+def placement_of(specs: list, built: list) -> list:
+    """Per instance: {instance, node, gpus} (module docstring)."""
+    out, node, used, device = [], -1, 0, None
+    for spec, b in zip(specs, built):
+        g = b.tp * b.pp
+        per_node = b.device.gpus_per_node
+        if node < 0 or b.device.name != device or used + g > per_node:
+            node, used, device = node + 1, 0, b.device.name
+        out.append({"instance": spec.index, "node": node, "gpus": list(range(used, used + g))})
+        used += g
+    return out
+
+
+def check_disaggregation(specs: list, built: list, places: list) -> None:
+    """The invariants a KV transfer between instances needs (module docstring)."""
+    ends = [(s, b, p) for s, b, p in zip(specs, built, places)]
+    node = places[0]["node"]
+    for s, b, p in ends:
+        where = s.key_prefix or "instances."
+        if b.pp != 1:
+            raise ConfigError("prefill/decode roles need pp = 1 on every instance (a pipeline's KV transfer "
+                              "is not modelled)", key=where + "parallelism.pp")
+        if b.model.name != built[0].model.name:
+            raise ConfigError(f"prefill/decode roles need one model on every instance ({b.model.name} vs "
+                              f"{built[0].model.name}): the KV moves between them", key=where + "model")
+        tp0 = built[0].tp
+        if max(b.tp, tp0) % min(b.tp, tp0):
+            raise ConfigError(f"tp {b.tp} and instance 0's tp {tp0}: with prefill/decode roles one TP size must "
+                              "divide the other (vLLM's NIXL connector maps KV heads between them)",
+                              key=where + "parallelism.tp")
+        if p["node"] != node:
+            raise ConfigError(f"instance {s.index} is on node {p['node']}, instance 0 on node {node}: a KV transfer "
+                              "between nodes needs an inter-node network, which is not modelled; with "
+                              "prefill/decode roles every instance must fit on one node", key="instances")
+
+
+def check_list_cluster(cfg: dict, specs: list, built: list) -> None:
+    """What a list of instances does not model yet (each a ConfigError naming the key):
+    a ``cluster`` description (list instances are packed into nodes, see placement_of), data
+    or expert parallelism, and an instance larger than one node."""
+    if cfg.get("cluster") is not None:
+        raise ConfigError("cluster (nodes, placement) with a list of instances is not modelled: list instances "
+                          "are packed into nodes in order", key="cluster")
+    for spec, b in zip(specs, built):
+        where = spec.key_prefix or "instances."
+        if b.dp > 1 or b.ep > 1:
+            raise ConfigError("data / expert parallelism in a list of instances is not modelled "
+                              "(use instances: N)", key=where + ("parallelism.dp" if b.dp > 1 else "parallelism.ep"))
+        if b.tp * b.pp > b.device.gpus_per_node:
+            raise ConfigError(f"tp x pp = {b.tp * b.pp} GPUs, but a {b.device.name} node has "
+                              f"{b.device.gpus_per_node}: in a list of instances each must fit in one node",
+                              key=where + "parallelism.tp")
+
+
+def has_roles(specs: list) -> bool:
+    return any(s.role != "both" for s in specs)
+
+
+def cluster_setup(specs: list, built: list, cluster, dispatch) -> None:
+    """Hand the routing policy its static facts and, with roles, install P/D
+    disaggregation (the KV transfer model on the instances' placement) and role pairing."""
+    dispatch.facts = [(s.role,) + b.facts for s, b in zip(specs, built)]
+    if not has_roles(specs):
+        return
+    from llmservingsim.disagg import Disaggregation
+    from llmservingsim.kv_transfer import InstancePlace, KVTransferModel
+
+    from .roles import RolePairing
+    places = placement_of(specs, built)
+    check_disaggregation(specs, built, places)
+    model = KVTransferModel([InstancePlace(p["node"], tuple(p["gpus"]), b.device, b.model.kv_bytes_per_token(b.tp, b.pp))
+                             for p, b in zip(places, built)], built[0].engine["block_size"])
+    cluster.disagg = Disaggregation(cluster, model)
+    dispatch.pairing = RolePairing([s.role for s in specs])
+
+
+def cluster_summary(sim, calls: list) -> dict:
+    """summary.json's per-instance section (``instances:`` a list only; nothing otherwise,
+    so a homogeneous run's summary keeps its bytes): each instance's role, device, model,
+    parallelism, bundle and provenance, KV pool, engine batch limits, routing speed facts and
+    calls completed there; with roles, the KV transfers."""
+    if not is_list(sim.cfg):
+        return {}
+    served: dict = {}
+    for r in calls:
+        served[r["instance"]] = served.get(r["instance"], 0) + 1
+    rows = []
+    for spec, b, inst in zip(sim.specs, sim.built, sim.cluster.instances):
+        _, _, _, _, decode_s, prefill_s = b.facts
+        rows.append({
+            "instance": spec.index, "role": spec.role, "hardware": b.device.name, "gpu": b.device.gpu,
+            "model": b.model.name, "parallelism": parallelism_summary({k: spec.parallelism[k] for k in sorted(spec.parallelism)}),
+            "bundle": {"path": f"{b.device.name}/{b.model.name}/bf16/tp{b.tp}", "provenance": b.bundle.provenance},
+            "kv_pool_tokens": b.memory.kv_pool_tokens,
+            "max_num_seqs": b.engine["max_num_seqs"], "max_num_batched_tokens": b.engine["max_num_batched_tokens"],
+            "decode_step_s": round(decode_s, 9), "prefill_step_s": round(prefill_s, 9),
+            "calls_completed": served.get(spec.index, 0), "steps": inst.num_steps,
+            "busy_s": round(inst.busy_ns / 1e9, 9),
+        })
+    out = {"instance_specs": rows}
+    disagg = sim.cluster.disagg
+    if disagg is not None:
+        recs = disagg.records
+        secs = [(r.end_ns - r.start_ns) / 1e9 for r in recs]
+        from . import outputs
+        out["kv_transfers"] = {"count": len(recs), "blocks": sum(r.blocks for r in recs),
+                               "bytes": sum(r.bytes for r in recs), "transfer_s": outputs.percentiles(secs)}
+    return out
