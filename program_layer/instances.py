@@ -173,15 +173,17 @@ def expand_instances(cfg: dict) -> list[InstanceSpec]:
 
 # ---- construction ---------------------------------------------------------------------------
 def build_instances(specs: list, cfg: dict, *, base: Path, profiles, framework, dispatch,
-                    config: dict) -> list[BuiltInstance]:
+                    config: dict, before_bundle=None) -> list[BuiltInstance]:
     """One BuiltInstance per spec (identical specs share one); checks the cluster-level
-    invariants of the module docstring."""
+    invariants of the module docstring. ``before_bundle(device, parallelism)`` runs once per
+    distinct build after the cheap checks and before the bundle is loaded (a bundle derived
+    or synthesized on the fly takes seconds: a config error should not wait for it)."""
     built, cache = [], {}
     for spec in specs:
         key = spec.build_key()
         if key not in cache:
             try:
-                cache[key] = _build_one(spec, cfg, base, profiles, framework, dispatch, config)
+                cache[key] = _build_one(spec, cfg, base, profiles, framework, dispatch, config, before_bundle)
             except ConfigError as exc:
                 if spec.key_prefix and exc.file is None and exc.key and not exc.key.startswith("instances"):
                     raise ConfigError(exc.message, key=spec.key_prefix + exc.key) from None
@@ -192,7 +194,8 @@ def build_instances(specs: list, cfg: dict, *, base: Path, profiles, framework, 
     return built
 
 
-def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, config) -> BuiltInstance:
+def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, config,
+               before_bundle=None) -> BuiltInstance:
     """Everything one instance is made of but its placement: device, model, resolved engine,
     bundle (measured, derived or synthesized), memory plan, overhead, and ``make_timer(layout)``
     (a StepTimer for a placement layout; ``timer`` is the one for ``None``, one node)."""
@@ -223,6 +226,8 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
                             dispatch.engine_args)
     if pp > 1:                                  # vLLM 0.19: no async scheduling with pp > 1
         engine["async_scheduling"] = pipeline_async_scheduling(config)
+    if before_bundle is not None:
+        before_bundle(device, par)
     prof_root = profiles or cfg.get("profiles")
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
