@@ -173,15 +173,17 @@ def expand_instances(cfg: dict) -> list[InstanceSpec]:
 
 # ---- construction ---------------------------------------------------------------------------
 def build_instances(specs: list, cfg: dict, *, base: Path, profiles, framework, dispatch,
-                    config: dict) -> list[BuiltInstance]:
+                    config: dict, before_bundle=None) -> list[BuiltInstance]:
     """One BuiltInstance per spec (identical specs share one); checks the cluster-level
-    invariants of the module docstring."""
+    invariants of the module docstring. ``before_bundle(spec, device, parallelism)`` runs once per
+    distinct build after the cheap checks and before the bundle is loaded (a bundle derived
+    or synthesized on the fly takes seconds: a config error should not wait for it)."""
     built, cache = [], {}
     for spec in specs:
         key = spec.build_key()
         if key not in cache:
             try:
-                cache[key] = _build_one(spec, cfg, base, profiles, framework, dispatch, config)
+                cache[key] = _build_one(spec, cfg, base, profiles, framework, dispatch, config, before_bundle)
             except ConfigError as exc:
                 if spec.key_prefix and exc.file is None and exc.key and not exc.key.startswith("instances"):
                     raise ConfigError(exc.message, key=spec.key_prefix + exc.key) from None
@@ -192,7 +194,8 @@ def build_instances(specs: list, cfg: dict, *, base: Path, profiles, framework, 
     return built
 
 
-def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, config) -> BuiltInstance:
+def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, config,
+               before_bundle=None) -> BuiltInstance:
     """Everything one instance is made of but its placement: device, model, resolved engine,
     bundle (measured, derived or synthesized), memory plan, overhead, and ``make_timer(layout)``
     (a StepTimer for a placement layout; ``timer`` is the one for ``None``, one node)."""
@@ -223,6 +226,8 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
                             dispatch.engine_args)
     if pp > 1:                                  # vLLM 0.19: no async scheduling with pp > 1
         engine["async_scheduling"] = pipeline_async_scheduling(config)
+    if before_bundle is not None:
+        before_bundle(spec, device, par)
     prof_root = profiles or cfg.get("profiles")
     if prof_root and not Path(prof_root).is_absolute():
         prof_root = str(base / prof_root)
@@ -339,22 +344,19 @@ def check_disaggregation(specs: list, built: list, places: list) -> None:
                               "prefill/decode roles every instance must fit on one node", key="instances")
 
 
-def check_list_cluster(cfg: dict, specs: list, built: list) -> None:
-    """What a list of instances does not model yet (each a ConfigError naming the key):
-    a ``cluster`` description (list instances are packed into nodes, see placement_of), data
-    or expert parallelism, and an instance larger than one node."""
-    if cfg.get("cluster") is not None:
-        raise ConfigError("cluster (nodes, placement) with a list of instances is not modelled: list instances "
-                          "are packed into nodes in order", key="cluster")
-    for spec, b in zip(specs, built):
-        where = spec.key_prefix or "instances."
-        if b.dp > 1 or b.ep > 1:
-            raise ConfigError("data / expert parallelism in a list of instances is not modelled "
-                              "(use instances: N)", key=where + ("parallelism.dp" if b.dp > 1 else "parallelism.ep"))
-        if b.tp * b.pp > b.device.gpus_per_node:
-            raise ConfigError(f"tp x pp = {b.tp * b.pp} GPUs, but a {b.device.name} node has "
-                              f"{b.device.gpus_per_node}: in a list of instances each must fit in one node",
-                              key=where + "parallelism.tp")
+def check_list_instance(spec: InstanceSpec, device, par: dict) -> None:
+    """What an instance of a list does not model yet (each a ConfigError naming the key):
+    data or expert parallelism, and an instance larger than one node (list instances are
+    packed into nodes in order, see placement_of). Run before its bundle is loaded."""
+    where = spec.key_prefix or "instances."
+    dp, ep = par.get("dp", 1), par.get("ep", 1)
+    if dp > 1 or ep > 1:
+        raise ConfigError("data / expert parallelism in a list of instances is not modelled "
+                          "(use instances: N)", key=where + ("parallelism.dp" if dp > 1 else "parallelism.ep"))
+    if par["tp"] * par["pp"] > device.gpus_per_node:
+        raise ConfigError(f"tp x pp = {par['tp'] * par['pp']} GPUs, but a {device.name} node has "
+                          f"{device.gpus_per_node}: in a list of instances each must fit in one node",
+                          key=where + "parallelism.tp")
 
 
 def has_roles(specs: list) -> bool:

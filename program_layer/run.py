@@ -27,7 +27,7 @@ from llmservingsim.step_timer import StepTimer
 from . import outputs, package_version
 from .config import parallelism_summary, validate_config
 from .dispatch import DispatchPlane
-from .instances import (build_instances, check_list_cluster, cluster_setup, cluster_summary, expand_instances,
+from .instances import (build_instances, check_list_instance, cluster_setup, cluster_summary, expand_instances,
                         facts_of, instance_count, is_list, placement_of)
 from .orchestrator import Orchestrator
 from .policies import BUILTINS, load_policy
@@ -123,24 +123,30 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
                 for axis in ("retention", "scheduling", "routing")}
     specs = expand_instances(cfg)
     dispatch = DispatchPlane(policies["routing"], policies["scheduling"], len(specs))
+    placed: list = []
+
+    def place_instances(spec, device, par):
+        # where each instance's GPUs are (cluster.nodes / cluster.placement; docs/clusters.md)
+        placed.append(place(cfg.get("cluster"), instances=cfg["instances"], tp=par["tp"], pp=par["pp"],
+                            dp=par["dp"], gpus_per_node=device.gpus_per_node, device=device.name,
+                            source=config.get("_source"), lines=config.get("_lines")))
     built = build_instances(specs, cfg, base=base, profiles=profiles, framework=framework, dispatch=dispatch,
-                            config=config)
+                            config=config, before_bundle=check_list_instance if is_list(cfg) else place_instances)
     b0 = built[0]
     model, device, engine, bundle, mem, overhead = b0.model, b0.device, b0.engine, b0.bundle, b0.memory, b0.overhead
     tp, pp, dp = b0.tp, b0.pp, b0.dp
     dpep = b0.dpep
     if not is_list(cfg):
-        # where each instance's GPUs are (cluster.nodes / cluster.placement; docs/clusters.md)
-        placements = place(cfg.get("cluster"), instances=cfg["instances"], tp=tp, pp=pp,
-                           dp=dp, gpus_per_node=device.gpus_per_node,
-                           device=device.name, source=config.get("_source"), lines=config.get("_lines"))
+        placements = placed[0]
         timers = instance_timers(placements, device, b0.make_timer)
         if b0.timer is None:            # spans nodes: its placement's timer
             b0.timer = timers[0]
             b0.facts = facts_of(b0)
     else:                   # heterogeneous / role-split: each instance on one node (instances.py)
+        if cfg.get("cluster") is not None:
+            raise ConfigError("cluster (nodes, placement) with a list of instances is not modelled: list "
+                              "instances are packed into nodes in order", key="cluster")
         placements = None
-        check_list_cluster(cfg, specs, built)
         timers = [b.timer for b in built]
     timer = timers[0]
     program_hooks = ProgramHooks()
