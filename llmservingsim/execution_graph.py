@@ -239,29 +239,54 @@ def _us(x: float) -> int:
     return max(int(round(x)), 0)
 
 
+@dataclass(frozen=True, slots=True)
+class LockstepRank:
+    """What one data-parallel rank of a lockstep MoE step adds to its graphs
+    (:func:`lockstep_step_graphs`): every MoE layer's experts take ``moe_us`` (the rank's
+    share of the gathered tokens, ``expert_parallel.MoERankTimer``) between the dispatch
+    all-gather (``all_gather_bytes`` per member) and the combine reduce-scatter
+    (``reduce_scatter_bytes``, the whole buffer), both on the group named
+    ``dispatch_group(t)`` for TP index t; TP groups are named from ``tp_group_base + 1``; a
+    ``dummy`` rank samples nothing."""
+    moe_us: float
+    all_gather_bytes: int
+    reduce_scatter_bytes: int
+    dispatch_groups: tuple          # group id of TP index t's dispatch group
+    tp_group_base: int
+    dummy: bool = False
+
+
 def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
-                comm: Optional[GraphCommModel] = None) -> list[list[Node]]:
+                comm: Optional[GraphCommModel] = None, lockstep: Optional[LockstepRank] = None) -> list[list[Node]]:
     """The Chakra graphs of one step, one per NPU (durations in whole µs, as Chakra stores them):
-    on one node NPU r is rank r; across nodes the NPUs of ``comm.layout`` (the others idle)."""
+    on one node NPU r is rank r; across nodes the NPUs of ``comm.layout`` (the others idle).
+    ``lockstep``: the graphs of one data-parallel rank of a lockstep MoE step (pp = 1), its
+    MoE layers split into the dense part, the dispatch all-gather, the experts and the
+    combine reduce-scatter; the list then holds that rank's ``tp`` NPUs only."""
     b = perf.bundle
     T = shape.num_tokens
     dense = {name: tab(T) for name, tab in b.dense.items()}
     attn_us = perf.attention_us(shape)
     attn_block = sum(dense.get(op, 0.0) for op in ATTN_OPS) + attn_us
     mlp_block = sum(dense.get(op, 0.0) for op in MLP_OPS)
+    moe_block = 0.0
     if b.moe is not None and perf.model.is_moe:
-        mlp_block += perf.moe_us(T)
+        moe_block = perf.moe_us(T) if lockstep is None else lockstep.moe_us
     known = set(ATTN_OPS) | set(MLP_OPS) | {"embedding", "final_layernorm"}
     mlp_block += sum(v for name, v in dense.items() if name not in known)   # ops of other models
+    if lockstep is None:
+        mlp_block += moe_block
     size = T * perf.model.hidden_size * perf.model.dtype_bytes
     L = perf.layers_per_stage
-    lay = comm.layout if comm is not None else RankLayout.single(tp * pp)
+    lay = comm.layout if comm is not None and lockstep is None else RankLayout.single(tp * pp)
     npu = lay.npus
     graphs = [[] for _ in range(lay.npus_count)]     # by NPU; on several nodes, the unused NPUs idle
+    base = 0 if lockstep is None else lockstep.tp_group_base
     for stage in range(pp):
         for t in range(tp):
             rank = stage * tp + t
             nodes: list[Node] = graphs[npu[rank]]
+            tp_group = str(base + stage + 1)
 
             def add(kind, name, **kw):
                 node = Node.make(len(nodes), kind, name, data_deps=[len(nodes) - 1] if nodes else [], **kw)
@@ -277,15 +302,62 @@ def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
                 add(NodeType.COMP_NODE, f"layer{layer}.attn", duration_micros=_us(attn_block), is_cpu_op=False)
                 if tp > 1:
                     add(NodeType.COMM_COLL_NODE, f"layer{layer}.attn.all_reduce", is_cpu_op=False,
-                        comm_type=int(CollectiveCommType.ALL_REDUCE), comm_size=size, pg_name=str(stage + 1))
+                        comm_type=int(CollectiveCommType.ALL_REDUCE), comm_size=size, pg_name=tp_group)
                 add(NodeType.COMP_NODE, f"layer{layer}.mlp", duration_micros=_us(mlp_block), is_cpu_op=False)
+                if lockstep is not None:    # dispatch, the held experts on the gathered tokens, combine
+                    group = str(lockstep.dispatch_groups[t])
+                    add(NodeType.COMM_COLL_NODE, f"layer{layer}.moe.all_gather", is_cpu_op=False,
+                        comm_type=int(CollectiveCommType.ALL_GATHER), comm_size=lockstep.all_gather_bytes,
+                        pg_name=group)
+                    add(NodeType.COMP_NODE, f"layer{layer}.moe.experts", duration_micros=_us(moe_block),
+                        is_cpu_op=False)
+                    add(NodeType.COMM_COLL_NODE, f"layer{layer}.moe.reduce_scatter", is_cpu_op=False,
+                        comm_type=int(CollectiveCommType.REDUCE_SCATTER), comm_size=lockstep.reduce_scatter_bytes,
+                        pg_name=group)
                 if tp > 1:
                     add(NodeType.COMM_COLL_NODE, f"layer{layer}.mlp.all_reduce", is_cpu_op=False,
-                        comm_type=int(CollectiveCommType.ALL_REDUCE), comm_size=size, pg_name=str(stage + 1))
+                        comm_type=int(CollectiveCommType.ALL_REDUCE), comm_size=size, pg_name=tp_group)
             if stage < pp - 1:
                 add(NodeType.COMM_SEND_NODE, f"send_stage{stage}", comm_src=npu[rank], comm_dst=npu[rank + tp],
                     comm_size=size, comm_tag=stage + 1, is_cpu_op=False)
             else:
-                tail = dense.get("final_layernorm", 0.0) + perf.per_sequence_us(shape.num_seqs)
+                tail = dense.get("final_layernorm", 0.0)
+                if lockstep is None or not lockstep.dummy:      # a dummy forward samples nothing
+                    tail += perf.per_sequence_us(shape.num_seqs)
                 add(NodeType.COMP_NODE, "final_norm.lm_head.sampler", duration_micros=_us(tail), is_cpu_op=False)
     return graphs
+
+
+def lockstep_groups(dp: int, tp: int) -> dict:
+    """The communicator groups of a lockstep MoE server's ``dp x tp`` NPUs (DP rank d's TP
+    index t is NPU d x tp + t): DP rank d's TP group is "d + 1" (none without TP), TP index
+    t's dispatch group (the DP group vLLM's all-gather / reduce-scatter run on) is
+    "dp + t + 1" with TP, "1" without (then it is every NPU: the EP group)."""
+    groups = {str(d + 1): list(range(d * tp, (d + 1) * tp)) for d in range(dp)} if tp > 1 else {}
+    first = dp + 1 if tp > 1 else 1
+    groups.update({str(first + t): [d * tp + t for d in range(dp)] for t in range(tp)})
+    return groups
+
+
+def lockstep_step_graphs(timer, shapes: list, dummies: list) -> list[list[Node]]:
+    """The Chakra graphs of one lockstep step of a MoE server (``data_parallel.LockstepTimer``
+    ``timer``; ``shapes[d]`` is DP rank d's batch, ``dummies[d]`` whether it is a dummy
+    step), one per NPU, DP rank d's ``tp`` NPUs at d x tp (:func:`lockstep_groups`). Each
+    rank computes its own batch; every MoE layer all-gathers and reduce-scatters on the
+    dispatch group with the sizes ``EPCommModel.sizes`` gives for the largest rank, and
+    runs the held experts on the gathered tokens (``MoERankTimer.us(own, gathered)``), so the
+    graph reproduces what ``LockstepTimer.rank_ns`` charges (docs/data-expert-parallel.md)."""
+    ep = timer.ep_comm
+    dp, tp = ep.dp, ep.tp
+    if timer.timer.pp != 1:
+        raise ConfigError("the execution graph of a lockstep data-parallel step is built for pp = 1 only",
+                          key="parallelism.pp")
+    gathered = sum(s.num_tokens for s in shapes)
+    ag, rs = ep.sizes(max(s.num_tokens for s in shapes))
+    first = dp + 1 if tp > 1 else 1
+    out: list[list[Node]] = []
+    for d, (shape, dummy) in enumerate(zip(shapes, dummies)):
+        part = LockstepRank(timer.moe.us(shape.num_tokens, gathered), ag, rs,
+                            tuple(first + t for t in range(tp)), d, dummy)
+        out.extend(step_graphs(timer.timer.perf, shape, tp, 1, None, part))
+    return out

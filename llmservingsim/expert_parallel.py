@@ -187,7 +187,7 @@ class EPCommModel:
     def __init__(self, model: ModelSpec, device, dp: int, tp: int):
         from .execution_graph import network_config, system_simulator
         self.model, self.dp, self.tp = model, dp, tp
-        net = network_config(device, dp * tp, 1, None, device.collective_latency_ns)
+        net = self.network = network_config(device, dp * tp, 1, None, device.collective_latency_ns)
         self.sim = system_simulator(device, dp * tp, 1, net)
         self.group = [d * tp for d in range(dp)]
         self._memo: dict[int, tuple[int, int]] = {}

@@ -5,6 +5,13 @@
         python astra-sim/tools/record_upstream.py tests/astrasim/golden/upstream_cases.json
     ASTRASIM_UPSTREAM_BIN_AWARE=/path/to/AstraSim_Analytical_Congestion_Aware \
         python astra-sim/tools/record_upstream.py --aware-random tests/astrasim/golden/upstream_aware_random.json
+    ASTRASIM_UPSTREAM_BIN=/path/to/AstraSim_Analytical_Congestion_Unaware \
+        python astra-sim/tools/record_upstream.py --exports OUT.json NAME=STEP_DIR ...
+
+``--exports``: step folders written by ``agentservesim export-chakra``, each run by the binary
+with exactly the flags the export prints (from inside the folder); the case keeps the
+exported ``.et`` files themselves, each distinct file once, gzip-compressed (mtime 0) and
+base64-encoded (``workload.et_gzip_base64``; ``rank_graph``: which one each rank runs).
 
 Each case stores the network YAML keys, the system JSON, optional comm groups and remote
 memory, the per-rank nodes (explicitly, as plain dicts) and the binary's report lines, so
@@ -205,6 +212,12 @@ def main(out_path: str) -> None:
     """Without flags: the mixed set of both binaries. ``--aware-random``: only
     :func:`aware_random_cases` from ``ASTRASIM_UPSTREAM_BIN_AWARE``."""
     records = []
+    if "--exports" in sys.argv:
+        pairs = [a.split("=", 1) for a in sys.argv[1:] if "=" in a and not a.startswith("--")]
+        records = record_exports(os.environ["ASTRASIM_UPSTREAM_BIN"], pairs)
+        source = "ASTRA-Sim analytical congestion-unaware binary, astra-sim @518bd51, agentservesim export-chakra steps"
+        _write(out_path, source, records)
+        return
     if "--aware-random" in sys.argv:
         runs = [(os.environ["ASTRASIM_UPSTREAM_BIN_AWARE"], "congestion_aware", aware_random_cases())]
         source = "ASTRA-Sim analytical congestion-aware binary, astra-sim @518bd51, random cases"
@@ -215,11 +228,52 @@ def main(out_path: str) -> None:
         source = "ASTRA-Sim analytical binaries (congestion unaware/aware), astra-sim @518bd51"
     for binary, backend, case_list in runs:
         records += record(binary, backend, case_list)
+    _write(out_path, source, records)
+
+
+def _write(out_path: str, source: str, records: list) -> None:
     with open(out_path, "w") as f:  # one case per line keeps diffs readable
         f.write(json.dumps({"source": source})[:-1] + ',\n"cases": [\n')
         f.write(",\n".join(json.dumps(r, separators=(",", ":")) for r in records))
         f.write("\n]}\n")
     print(f"recorded {len(records)} cases into {out_path}")
+
+
+def record_exports(binary: str, pairs) -> list[dict]:
+    """One case per exported step folder (``name=folder``): its files as the binary reads them."""
+    import base64
+    import gzip
+
+    import yaml
+    records = []
+    for name, folder in pairs:
+        args = [binary, "--workload-configuration=step", "--system-configuration=system.json",
+                "--network-configuration=network.yml", "--remote-memory-configuration=remote_memory.json"]
+        groups = None
+        if os.path.exists(f"{folder}/comm_group.json"):
+            groups = json.load(open(f"{folder}/comm_group.json"))
+            args.append("--comm-group-configuration=comm_group.json")
+        out = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=folder).stdout
+        lines = re.findall(r"sys\[\d+\] finished, \d+ cycles, exposed communication \d+ cycles\.", out)
+        lines.sort(key=lambda s: int(re.search(r"sys\[(\d+)\]", s).group(1)))
+        ranks = []
+        while os.path.exists(f"{folder}/step.{len(ranks)}.et"):
+            ranks.append(open(f"{folder}/step.{len(ranks)}.et", "rb").read())
+        if len(lines) != len(ranks):
+            print("upstream produced no result for", name, file=sys.stderr)
+            continue
+        graphs: list = []
+        for r in ranks:
+            if r not in graphs:
+                graphs.append(r)
+        records.append({"name": name, "backend": "analytical", "network": yaml.safe_load(open(f"{folder}/network.yml")),
+                        "system": json.load(open(f"{folder}/system.json")), "groups": groups,
+                        "memory": json.load(open(f"{folder}/remote_memory.json")),
+                        "workload": {"et_gzip_base64": [base64.b64encode(gzip.compress(g, mtime=0)).decode()
+                                                        for g in graphs],
+                                     "rank_graph": [graphs.index(r) for r in ranks]},
+                        "expected": json.load(open(f"{folder}/expected.json")), "upstream": lines})
+    return records
 
 
 def record(binary: str, backend: str, case_list) -> list[dict]:

@@ -10,6 +10,13 @@ computes from exactly the files written next to it. Hence: a single GPU (tp = pp
 refused (upstream needs at least 2 NPUs, and there is no communication to simulate); an
 ``endpoint-delay`` below 1 ns is exported as 1 ns (upstream aborts on a zero delay: it would
 schedule an event at the current time), and ``expected.json`` is computed with that value.
+
+A lockstep MoE server (dp > 1 on a mixture-of-experts model: docs/data-expert-parallel.md)
+exports its ``dp x tp`` GPUs: step k's folder holds one graph per GPU (each data-parallel
+rank's own batch, or its dummy step, with the MoE layers' dispatch all-gather and combine
+reduce-scatter, ``execution_graph.lockstep_step_graphs``) on the network the engine times
+those collectives on (``EPCommModel.network``), and comm_group.json has the TP and dispatch
+groups (``execution_graph.lockstep_groups``).
 """
 from __future__ import annotations
 
@@ -35,6 +42,10 @@ def main(args) -> int:
         raise ConfigError("must be >= 1", key="--steps")
     cfg = load_config(args.config)
     tp, pp = cfg["parallelism"]["tp"], cfg["parallelism"]["pp"]
+    if isinstance(cfg.get("instances", 1), int) and (cfg["parallelism"].get("dp") or 1) > 1:
+        done = _export_lockstep(cfg, args)      # None: a dense model's independent ranks (below)
+        if done is not None:
+            return done
     if tp * pp < 2:
         raise ConfigError("export-chakra needs tp x pp >= 2: one GPU has no communication to simulate, "
                           "and upstream ASTRA-Sim refuses a network of 1 NPU (npus_count (1) should be "
@@ -101,3 +112,86 @@ def main(args) -> int:
 
 class _Done(Exception):
     pass
+
+
+def _export_lockstep(cfg: dict, args):
+    """export-chakra of a lockstep MoE server: the first N steps of server 0, all its ranks;
+    None when server 0 is not one (a dense model's data-parallel ranks step alone)."""
+    from llmservingsim.data_parallel import DUMMY_SHAPE
+    from llmservingsim.errors import ConfigError, astrasim_errors
+    from llmservingsim.execution_graph import (lockstep_groups, lockstep_step_graphs, system_simulator,
+                                               upstream_system, write_step_folder)
+    from llmservingsim.step_timer import shape_of
+    from program_layer.run import build_simulation
+
+    if cfg["parallelism"]["pp"] != 1 and _is_moe(cfg):
+        raise ConfigError("export-chakra of a lockstep data-parallel MoE server is built for pp: 1 (the engine "
+                          "times its MoE collectives on the dp x tp GPUs of one stage)", file=cfg.get("_source"),
+                          key="parallelism.pp", line=(cfg.get("_lines") or {}).get("parallelism.pp"))
+    backend = (cfg.get("network") or {}).get("backend", "analytical")
+    if backend not in ("analytical", "congestion-aware") and _is_moe(cfg):
+        raise ConfigError("export-chakra of a lockstep data-parallel MoE server writes the analytical network "
+                          "its MoE collectives are timed on (use backend analytical)", file=cfg.get("_source"),
+                          key="network.backend", line=(cfg.get("_lines") or {}).get("network.backend"))
+    sim = build_simulation(cfg, step_mode=True)
+    group = sim.cluster.servers[0].group if sim.cluster.servers else None
+    if group is None:
+        return None
+    dp = len(group.ranks)
+    steps: list = []
+    current: dict = {}
+
+    def capture(prev):
+        def on_step(inst, out, now, timing):
+            if prev is not None:
+                prev(inst, out, now, timing)
+            if inst.server == 0 and len(steps) < args.steps:
+                current[inst.index] = (shape_of(out) if out else DUMMY_SHAPE, not out)
+                if len(current) == dp:          # every rank of the step seen (in rank order)
+                    steps.append([current.pop(i) for i in sorted(current)])
+                    if len(steps) == args.steps:
+                        raise _Done()
+        return on_step
+    for inst in sim.cluster.instances:
+        inst._on_step = capture(inst._on_step)
+    try:
+        sim.run()
+    except _Done:
+        pass
+    timer = group.timer
+    ep = timer.ep_comm
+    tp = ep.tp
+    system, raised = upstream_system(sim.device.system_config())
+    groups = lockstep_groups(dp, tp)
+    out = Path(args.out)
+    for k, ranks in enumerate(steps):
+        d = out / f"step{k:05d}"
+        d.mkdir(parents=True, exist_ok=True)
+        shapes, dummies = [s for s, _ in ranks], [x for _, x in ranks]
+        graphs = lockstep_step_graphs(timer, shapes, dummies)
+        write_step_folder(d, graphs, system, ep.network, groups)
+        with astrasim_errors():
+            result = system_simulator(sim.device, dp * tp, 1, ep.network, system, backend=backend,
+                                      groups=groups).run(graphs)
+        (d / "expected.json").write_text(json.dumps({
+            "finish_ns": {str(r): v for r, v in enumerate(result.finish_ns)},
+            "exposed_comm_ns": {str(r): v for r, v in enumerate(result.exposed_comm_ns)},
+            "batch": [{"rank": r, "dummy": dummy, "prefill_tokens": s.prefill_tokens, "prefills": s.num_prefills,
+                       "decodes": s.num_decodes, "tokens": s.num_tokens}
+                      for r, (s, dummy) in enumerate(ranks)]}, indent=2) + "\n")
+    if raised:
+        print(f"note: the device's endpoint-delay {sim.device.system_config().get('endpoint-delay')} ns is exported "
+              "as 1 ns (upstream ASTRA-Sim aborts on 0); expected.json uses 1 ns")
+    print(f"wrote {len(steps)} step folder(s) to {out}/ ({dp} data-parallel ranks x tp {tp} = {dp * tp} NPUs, "
+          f"MoE dispatch and combine on the groups of comm_group.json); run upstream ASTRA-Sim as: "
+          f"--workload-configuration={out}/step00000/step --system-configuration={out}/step00000/system.json "
+          f"--network-configuration={out}/step00000/network.yml "
+          f"--remote-memory-configuration={out}/step00000/remote_memory.json "
+          f"--comm-group-configuration={out}/step00000/comm_group.json")
+    return 0
+
+
+
+def _is_moe(cfg: dict) -> bool:
+    from llmservingsim.model_config import load_model
+    return load_model(cfg["model"]).is_moe

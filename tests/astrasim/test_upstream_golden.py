@@ -4,20 +4,26 @@ chunks, communicator groups, random DAGs with CPU ops and skewed collective star
 roofline compute, remote memory; plus cases from the congestion-aware binary, among them 240
 random ones (``upstream_aware_random.json``: 1..4 active chunks sharing links, the four
 collectives, ring / direct / windowed direct / halvingDoubling, Ring / Switch /
-FullyConnected, communicator groups). Every per-rank line must be identical."""
+FullyConnected, communicator groups); plus the upstream binary's runs of steps that
+``agentservesim export-chakra`` wrote for lockstep data / expert-parallel MoE servers
+(``upstream_exports_dpep.json``: MoE dispatch all-gathers and combine reduce-scatters on the
+DP groups, TP all-reduces, dummy ranks). Every per-rank line must be identical."""
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 from pathlib import Path
 
 import pytest
 
 from astrasim import Attr, Node, NodeType, SystemSimulator
+from astrasim.chakra.et_io import decode_et
 from astrasim.config import parse_comm_groups, parse_network, parse_remote_memory, parse_system
 from astrasim.network import AnalyticalNetwork, CongestionAwareNetwork
 
 GOLDEN = Path(__file__).parent / "golden"
-CASES = [c for name in ("upstream_cases.json", "upstream_aware_random.json")
+CASES = [c for name in ("upstream_cases.json", "upstream_aware_random.json", "upstream_exports_dpep.json")
          for c in json.loads((GOLDEN / name).read_text())["cases"]]
 
 
@@ -37,8 +43,13 @@ def test_matches_upstream_binary(case):
     groups = parse_comm_groups(case["groups"], "groups", net.npus_count) if case["groups"] else None
     sim = SystemSimulator(net, parse_system(case["system"]), groups, parse_remote_memory(case["memory"]))
     wl = case["workload"]
-    ranks = wl["per_rank"] if "per_rank" in wl else [wl["every_rank"]] * wl["ranks"]
-    res = sim.run([nodes_of(r) for r in ranks])
+    if "et_gzip_base64" in wl:      # an export: its distinct .et files, and which one each rank ran
+        graphs = [decode_et(gzip.decompress(base64.b64decode(g)))[1] for g in wl["et_gzip_base64"]]
+        per_rank = [graphs[g] for g in wl["rank_graph"]]
+    else:
+        ranks = wl["per_rank"] if "per_rank" in wl else [wl["every_rank"]] * wl["ranks"]
+        per_rank = [nodes_of(r) for r in ranks]
+    res = sim.run(per_rank)
     lines = [f"sys[{i}] finished, {f} cycles, exposed communication {e} cycles."
              for i, (f, e) in enumerate(zip(res.finish_ns, res.exposed_comm_ns))]
     assert lines == case["upstream"]
