@@ -98,7 +98,7 @@ class ContinuumTTL(RetentionPolicy):
         return "release"
 
 
-class OffloadTTL(RetentionPolicy):
+class OffloadTTL(ContinuumTTL):
     """Tier-aware TTL (kv_tiers): predict the tool gap the program just entered as
     Continuum does (``quantile`` of the observed gaps of that tool, ``default_s`` while
     unseen); a predicted gap up to ``short_s`` protects the KV in GPU memory until
@@ -110,24 +110,12 @@ class OffloadTTL(RetentionPolicy):
 
     def __init__(self, short_s: float = 2.0, quantile: float = 0.9, default_s: float = 2.0,
                  slack_s: float = 30.0):
+        super().__init__(quantile, default_s)
         self.short_s = real("short_s", short_s, lo=0.0)
         self.slack_s = real("slack_s", slack_s, lo=0.0)
-        self._q = GapQuantile(real("quantile", quantile, lo=0.0, hi=1.0),
-                              real("default_s", default_s, lo=0.0))
-
-    @property
-    def quantile(self) -> float:
-        return self._q.quantile
-
-    @property
-    def default_s(self) -> float:
-        return self._q.default_s
 
     def on_turn_complete(self, pcb, request_id, now):
         gap = self._q.predict(pcb, pcb.tool_name)
         if gap <= self.short_s:
             return ("protect", now + self.short_s)
         return ("offload", now + gap + self.slack_s)
-
-    def on_turn_arrival(self, pcb, now):
-        return "release"

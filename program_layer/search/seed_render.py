@@ -32,6 +32,20 @@ from program_layer.policies import {base}
 class {cls}({base}):
 '''
 
+# The per-tool gap predictor of the continuum and offload-ttl seeds (ContinuumTTL's GapQuantile)
+_GAP_QUANTILE = '''\
+    def predicted_gap_s(self, pcb):
+        """0.9 quantile (linear interpolation) of the observed gaps of the tool just entered."""
+        xs = sorted(pcb.tool_gap_history(pcb.tool_name))
+        if not xs:
+            return self.DEFAULT_S
+        h = (len(xs) - 1) * self.QUANTILE
+        lo = math.floor(h)
+        if lo + 1 >= len(xs):
+            return float(xs[-1])
+        return float(xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo]))
+'''
+
 # Bodies indented one level (class body). Each is the built-in's behaviour written out.
 _BODIES = {
     "evict-always": '''\
@@ -75,17 +89,7 @@ _BODIES = {
     QUANTILE = 0.9
     DEFAULT_S = 2.0
 
-    def predicted_gap_s(self, pcb):
-        """0.9 quantile (linear interpolation) of the observed gaps of the tool just entered."""
-        xs = sorted(pcb.tool_gap_history(pcb.tool_name))
-        if not xs:
-            return self.DEFAULT_S
-        h = (len(xs) - 1) * self.QUANTILE
-        lo = math.floor(h)
-        if lo + 1 >= len(xs):
-            return float(xs[-1])
-        return float(xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo]))
-
+''' + _GAP_QUANTILE + '''
     def on_turn_complete(self, pcb, request_id, now):
         return ("protect", now + self.predicted_gap_s(pcb))
 
@@ -98,17 +102,7 @@ _BODIES = {
     DEFAULT_S = 2.0
     SLACK_S = 30.0
 
-    def predicted_gap_s(self, pcb):
-        """0.9 quantile (linear interpolation) of the observed gaps of the tool just entered."""
-        xs = sorted(pcb.tool_gap_history(pcb.tool_name))
-        if not xs:
-            return self.DEFAULT_S
-        h = (len(xs) - 1) * self.QUANTILE
-        lo = math.floor(h)
-        if lo + 1 >= len(xs):
-            return float(xs[-1])
-        return float(xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo]))
-
+''' + _GAP_QUANTILE + '''
     def on_turn_complete(self, pcb, request_id, now):
         gap = self.predicted_gap_s(pcb)
         if gap <= self.SHORT_S:             # a short tool call: keep the KV in GPU memory
