@@ -150,3 +150,21 @@ def test_small_clusters_finish_every_call_and_balance_kv_per_rank(tmp_path_facto
         assert not core.scheduler.running and len(core.scheduler.waiting) == 0
         assert core.kv.num_free_blocks == core.kv.pool.num_usable
         assert core.current is None and not getattr(core, "queue", None)
+
+
+def test_export_chakra_of_a_dp_server_across_nodes_writes_the_two_level_network(tmp_path):
+    """The 2-node dp2 server's step: graphs at NPUs 0 and 8 of the [8, 2] network (the others
+    empty), its dispatch group [0, 8], and system.json with one implementation per dimension."""
+    import yaml
+
+    from program_layer.cli import main
+    c = _cfg(_workload(tmp_path), tp=1, dp=2, ep=2, cluster=ONE_GPU_PER_NODE)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(c))
+    assert main(["export-chakra", str(path), "--steps", "1", "--out", str(tmp_path / "x")]) == 0
+    d = tmp_path / "x" / "step00000"
+    assert yaml.safe_load((d / "network.yml").read_text())["npus_count"] == [8, 2]
+    assert json.loads((d / "comm_group.json").read_text()) == {"1": [0, 8]}
+    assert len(json.loads((d / "system.json").read_text())["all-gather-implementation"]) == 2
+    finish = json.loads((d / "expected.json").read_text())["finish_ns"]
+    assert len(finish) == 16 and {k for k, v in finish.items() if v} == {"0", "8"}
