@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 from .data_parallel import DPRank, DPServer, LockstepGroup, LockstepTimer
 from .instance import Instance
+from .pipeline import PipelineInstance
 from .expert_parallel import EPCommModel, MoEParallel, MoERankTimer, describe, moe_layers, moe_timer
 
 BREAKDOWN_COLUMNS = ["tp_all_reduce_s", "ep_all_gather_s", "ep_reduce_scatter_s", "dp_wait_s"]
@@ -56,18 +57,28 @@ def moe_parallel_setup(model, device, bundle, tp: int, pp: int, dp: int, ep: int
 
 
 def add_dp_servers(cluster, servers: int, dp: int, engine_core: Callable, timer, setup: Optional[DPSetup],
-                   metrics) -> DPSetup:
+                   metrics, layouts: Optional[list] = None) -> DPSetup:
     """Add ``servers`` servers of ``dp`` engine cores (core index = server x dp + rank).
     ``engine_core(index, server, cls, on_step)`` builds one core. A MoE model (``setup``
-    with a MoE timer) gets a lockstep group per server; a dense model's ranks step alone."""
+    with a MoE timer) gets a lockstep group per server; a dense model's ranks step alone
+    (each a ``PipelineInstance`` when pp > 1). ``layouts[s]``: the rank layout of a lockstep
+    server whose ranks span nodes (its EP collectives on the two-level network), None for one
+    on one node."""
     if setup is None:           # dense model: independent ranks
-        setup = DPSetup(MoEParallel(dp, timer.perf.bundle.tp, 1), timer.perf.model, timer.perf.bundle)
+        setup = DPSetup(MoEParallel(dp, timer.perf.bundle.tp, 1), timer.perf.model, timer.perf.bundle, pp=timer.pp)
         setup.moe = None
     lockstep = setup.moe is not None
     on_step = metrics.on_step
+    core_cls = DPRank if lockstep else (PipelineInstance if setup.pp > 1 else Instance)
+    ls_timers: dict = {}
     if lockstep:
         ep_comm = EPCommModel(setup.model, setup.device, dp, setup.par.tp)
-        ls_timer = LockstepTimer(timer, setup.moe, ep_comm, moe_layers(setup.model, setup.pp))
+        ls_timers[None] = LockstepTimer(timer, setup.moe, ep_comm, moe_layers(setup.model, setup.pp))
+        for layout in layouts or ():
+            if layout not in ls_timers:     # a server across nodes: its own EP network
+                ls_timers[layout] = LockstepTimer(timer, setup.moe, EPCommModel(setup.model, setup.device, dp,
+                                                                                setup.par.tp, layout),
+                                                  moe_layers(setup.model, setup.pp))
         if metrics.trace_rows is not None:
             extra = setup.trace_extra = []
 
@@ -76,10 +87,10 @@ def add_dp_servers(cluster, servers: int, dp: int, engine_core: Callable, timer,
                 extra.append((timing.tp_comm_ns, timing.ep_all_gather_ns, timing.ep_reduce_scatter_ns,
                               timing.dp_wait_ns))
     for s in range(servers):
-        ranks = [engine_core(s * dp + r, s, DPRank if lockstep else Instance, on_step) for r in range(dp)]
+        ranks = [engine_core(s * dp + r, s, core_cls, on_step) for r in range(dp)]
         for rank in ranks:
             rank.server = s             # what CallInfo names: the server, not the engine core
-        group = LockstepGroup(ranks, ls_timer) if lockstep else None
+        group = LockstepGroup(ranks, ls_timers[layouts[s] if layouts else None]) if lockstep else None
         server = DPServer(s, ranks, group)
         cluster.add_server(server)
         setup.servers.append(server)

@@ -328,21 +328,24 @@ def step_graphs(perf: PerformanceModel, shape: BatchShape, tp: int, pp: int,
     return graphs
 
 
-def lockstep_groups(dp: int, tp: int) -> dict:
+def lockstep_groups(dp: int, tp: int, layout: Optional[RankLayout] = None) -> dict:
     """The communicator groups of a lockstep MoE server's ``dp x tp`` NPUs (DP rank d's TP
-    index t is NPU d x tp + t): DP rank d's TP group is "d + 1" (none without TP), TP index
-    t's dispatch group (the DP group vLLM's all-gather / reduce-scatter run on) is
-    "dp + t + 1" with TP, "1" without (then it is every NPU: the EP group)."""
-    groups = {str(d + 1): list(range(d * tp, (d + 1) * tp)) for d in range(dp)} if tp > 1 else {}
+    index t is NPU d x tp + t, or ``layout.npus[d x tp + t]`` for a server across nodes): DP
+    rank d's TP group is "d + 1" (none without TP), TP index t's dispatch group (the DP group
+    vLLM's all-gather / reduce-scatter run on) is "dp + t + 1" with TP, "1" without (then it
+    is every rank of the server: the EP group)."""
+    npu = layout.npus if layout is not None else range(dp * tp)
+    groups = {str(d + 1): [npu[r] for r in range(d * tp, (d + 1) * tp)] for d in range(dp)} if tp > 1 else {}
     first = dp + 1 if tp > 1 else 1
-    groups.update({str(first + t): [d * tp + t for d in range(dp)] for t in range(tp)})
+    groups.update({str(first + t): [npu[d * tp + t] for d in range(dp)] for t in range(tp)})
     return groups
 
 
 def lockstep_step_graphs(timer, shapes: list, dummies: list) -> list[list[Node]]:
     """The Chakra graphs of one lockstep step of a MoE server (``data_parallel.LockstepTimer``
     ``timer``; ``shapes[d]`` is DP rank d's batch, ``dummies[d]`` whether it is a dummy
-    step), one per NPU, DP rank d's ``tp`` NPUs at d x tp (:func:`lockstep_groups`). Each
+    step), one per NPU, DP rank d's ``tp`` NPUs at d x tp (:func:`lockstep_groups`; a server
+    across nodes: at its layout's NPUs of the two-level network, the other NPUs idle). Each
     rank computes its own batch; every MoE layer all-gathers and reduce-scatters on the
     dispatch group with the sizes ``EPCommModel.sizes`` gives for the largest rank, and
     runs the held experts on the gathered tokens (``MoERankTimer.us(own, gathered)``), so the
@@ -360,4 +363,10 @@ def lockstep_step_graphs(timer, shapes: list, dummies: list) -> list[list[Node]]
         part = LockstepRank(timer.moe.us(shape.num_tokens, gathered), ag, rs,
                             tuple(first + t for t in range(tp)), d, dummy)
         out.extend(step_graphs(timer.timer.perf, shape, tp, 1, None, part))
+    lay = ep.layout
+    if lay is not None and lay.multi_node:
+        placed: list[list[Node]] = [[] for _ in range(lay.npus_count)]
+        for r, nodes in enumerate(out):
+            placed[lay.npus[r]] = nodes
+        return placed
     return out

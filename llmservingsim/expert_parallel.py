@@ -158,9 +158,8 @@ def with_moe(bundle, model: ModelSpec, device):
 def check_parallelism(model: ModelSpec, gpus_per_node: int, device_name: str, tp: int, pp: int, dp: int,
                       ep: int) -> None:
     """The dp / ep values vLLM 0.19 accepts (ConfigError naming the key otherwise)."""
-    if tp * pp * dp > gpus_per_node:
-        raise ConfigError(f"tp x pp x dp = {tp * pp * dp} GPUs, but a {device_name} node has {gpus_per_node}: "
-                          f"one instance (all its data-parallel ranks) must fit in one node", key="parallelism.dp")
+    # how many nodes a server's ranks take is placement's rule (placement.place: ranks may span
+    # nodes with cluster.nodes; a TP group never does)
     if ep == 1:
         return
     if not model.is_moe:
@@ -182,14 +181,25 @@ class EPCommModel:
     Chunks are the largest rank's tokens: a ring all-gather of unequal chunks moves at the
     pace of the largest one, and vLLM pads every rank to the largest batch when it runs
     CUDA graphs (``coordinate_batch_across_dp``). Returns (all-gather ns, reduce-scatter ns)
-    per layer, memoised by the largest rank's token count."""
+    per layer, memoised by the largest rank's token count.
 
-    def __init__(self, model: ModelSpec, device, dp: int, tp: int):
+    ``layout`` (``rank_layout.dp_layout``, only for a server whose ranks span nodes): the
+    server's GPUs on the two-level network ``[intra-node, inter-node]``; each TP index's DP
+    group is then timed on its own NPUs (a ring whose steps between nodes cross the NIC) and
+    the slowest of the ``tp`` concurrent groups sets the layer's time."""
+
+    def __init__(self, model: ModelSpec, device, dp: int, tp: int, layout=None):
         from .execution_graph import network_config, system_simulator
-        self.model, self.dp, self.tp = model, dp, tp
+        self.model, self.dp, self.tp, self.layout = model, dp, tp, layout
         net = self.network = network_config(device, dp * tp, 1, None, device.collective_latency_ns)
-        self.sim = system_simulator(device, dp * tp, 1, net)
-        self.group = [d * tp for d in range(dp)]
+        if layout is not None and layout.multi_node:
+            net = self.network = layout.network(net)
+            self.sim = system_simulator(device, dp * tp, 1, net, groups={})
+            self.groups = [[layout.npus[d * tp + t] for d in range(dp)] for t in range(tp)]
+        else:
+            self.sim = system_simulator(device, dp * tp, 1, net)
+            self.groups = [[d * tp for d in range(dp)]]     # every TP index's group costs the same
+        self.group = self.groups[0]
         self._memo: dict[int, tuple[int, int]] = {}
 
     def sizes(self, max_tokens: int) -> tuple[int, int]:
@@ -202,9 +212,10 @@ class EPCommModel:
         v = self._memo.get(max_tokens)
         if v is None:
             ag, rs = self.sizes(max_tokens)
+            sim = self.sim
             with astrasim_errors():
-                v = self._memo[max_tokens] = (self.sim.collective_time_ns("all_gather", ag, self.group),
-                                              self.sim.collective_time_ns("reduce_scatter", rs, self.group))
+                v = self._memo[max_tokens] = (max(sim.collective_time_ns("all_gather", ag, g) for g in self.groups),
+                                              max(sim.collective_time_ns("reduce_scatter", rs, g) for g in self.groups))
         return v
 
 

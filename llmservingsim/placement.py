@@ -9,12 +9,14 @@
             - {node: 1, gpus: [0, 1, 2, 3, 4, 5, 6, 7]}
 
 An instance has ``tp x pp x dp`` GPUs in ``pp x dp`` groups of ``tp`` (rank r = (replica x pp +
-stage) x tp + t, vLLM's rank order). Invariants of a placement (checked when built; errors
+stage) x tp + t, vLLM's rank order); data-parallel rank (replica) d owns groups d x pp ..
+d x pp + pp - 1. Invariants of a placement (checked when built; errors
 are one ConfigError naming the key): every group lies inside one node (TP never spans nodes),
 no GPU is used twice, every node index is below ``cluster.nodes`` and every GPU index below the
 device's ``gpus_per_node``. Without ``placement`` the groups are packed first-fit in GPU order:
 an instance that fits in a node never straddles two (the placement ``run`` always printed),
-one that does not (only with ``cluster.nodes``) takes its stages node after node.
+one that does not (only with ``cluster.nodes``) takes its stages node after node, a
+data-parallel rank that fits in a node still never straddling two.
 """
 from __future__ import annotations
 
@@ -44,6 +46,15 @@ class InstancePlacement:
     def spans_nodes(self) -> bool:
         return len(self.nodes) > 1
 
+    @property
+    def dp(self) -> int:
+        """Data-parallel ranks (replicas of the pipeline)."""
+        return len(self.groups) // self.pp
+
+    def rank_groups(self, replica: int) -> tuple:
+        """Data-parallel rank ``replica``'s stage groups, stage order."""
+        return self.groups[replica * self.pp:(replica + 1) * self.pp]
+
     def stage_node(self, stage: int, replica: int = 0) -> int:
         return self.groups[replica * self.pp + stage][0]
 
@@ -55,6 +66,8 @@ class InstancePlacement:
         """summary.json's entry: ``{instance, node, gpus}`` for an instance on one node (the form
         single-node runs always wrote), plus ``stages`` with pp > 1; an instance spanning nodes
         gives ``nodes`` and ``stages`` (each stage's node and node-local GPUs) instead."""
+        if self.dp > 1 and (self.spans_nodes or self.pp > 1):
+            return self._dp_summary()
         stages = [{"stage": s, "node": n, "gpus": list(g)} for s, (n, g) in enumerate(self.groups)]
         if self.spans_nodes:
             return {"instance": self.index, "nodes": list(self.nodes), "stages": stages}
@@ -62,6 +75,27 @@ class InstancePlacement:
         if self.pp > 1:
             out["stages"] = stages
         return out
+
+    def _dp_summary(self) -> dict:
+        """A data-parallel server on several nodes (or with pp > 1): ``ranks``, each rank as an
+        instance would be written (``node`` and ``gpus``, plus ``stages`` with pp > 1; ``nodes``
+        and ``stages`` for a rank whose stages span nodes). A one-node dp server with pp = 1
+        keeps the plain ``{instance, node, gpus}`` form it always had."""
+        ranks = []
+        for d in range(self.dp):
+            gs = self.rank_groups(d)
+            nodes = sorted({n for n, _ in gs})
+            stages = [{"stage": s, "node": n, "gpus": list(g)} for s, (n, g) in enumerate(gs)]
+            if len(nodes) > 1:
+                ranks.append({"rank": d, "nodes": nodes, "stages": stages})
+                continue
+            r = {"rank": d, "node": nodes[0], "gpus": [x for _, g in gs for x in g]}
+            if self.pp > 1:
+                r["stages"] = stages
+            ranks.append(r)
+        head = {"instance": self.index, "nodes": list(self.nodes)} if self.spans_nodes else \
+            {"instance": self.index, "node": self.groups[0][0], "gpus": [x for _, g in self.groups for x in g]}
+        return {**head, "ranks": ranks}
 
     def describe(self) -> str:
         """One line for ``run``'s header: each stage's node and GPUs."""
@@ -101,11 +135,12 @@ def place(spec: Optional[dict], *, instances: int, tp: int, pp: int, dp: int, gp
     if per_instance > gpus_per_node and nodes is None:
         raise error(f"tp x pp{' x dp' if dp > 1 else ''} = {per_instance} GPUs, but a {device} node has "
                     f"{gpus_per_node}: one instance must fit in one node unless cluster.nodes gives more "
-                    f"nodes (pipeline stages may span nodes)", "parallelism.tp")
+                    f"nodes (pipeline stages{' and data-parallel ranks' if dp > 1 else ''} may span nodes)",
+                    "parallelism.dp" if dp > 1 and tp * pp <= gpus_per_node else "parallelism.tp")
     if spec.get("placement") is not None:
         out = _explicit(spec["placement"], instances, tp, pp * dp, gpus_per_node, nodes, error)
     else:
-        out = _packed(instances, tp, pp * dp, gpus_per_node)
+        out = _packed(instances, tp, pp, dp, gpus_per_node)
     used = max((n for p in out for n, _ in p.groups), default=0) + 1
     if nodes is not None and used > nodes:
         need = f"{instances} instance(s) of tp x pp{' x dp' if dp > 1 else ''} = {per_instance} GPUs"
@@ -114,7 +149,8 @@ def place(spec: Optional[dict], *, instances: int, tp: int, pp: int, dp: int, gp
     return [InstancePlacement(p.index, tp, pp, p.groups) for p in out]
 
 
-def _packed(instances: int, tp: int, groups: int, g: int) -> list[InstancePlacement]:
+def _packed(instances: int, tp: int, pp: int, dp: int, g: int) -> list[InstancePlacement]:
+    groups, per_rank = pp * dp, tp * pp
     per_instance = tp * groups
     out = []
     node, free = 0, 0                       # next free local GPU on ``node``
@@ -122,7 +158,9 @@ def _packed(instances: int, tp: int, groups: int, g: int) -> list[InstancePlacem
         if per_instance <= g and g - free < per_instance:
             node, free = node + 1, 0        # an instance that fits a node stays in one node
         gs = []
-        for _ in range(groups):
+        for k in range(groups):
+            if k % pp == 0 and per_rank <= g and g - free < per_rank:
+                node, free = node + 1, 0    # so does a data-parallel rank (dp = 1: the instance, above)
             if g - free < tp:
                 node, free = node + 1, 0
             gs.append((node, tuple(range(free, free + tp))))

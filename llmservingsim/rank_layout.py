@@ -59,9 +59,9 @@ class RankLayout:
         return {str(s + 1): [self.npus[r] for r in range(s * tp, (s + 1) * tp)] for s in range(pp)}
 
 
-def layout_for(placement, device, *, key: str = "cluster.nodes") -> RankLayout:
-    """The layout of an instance placed by ``placement.InstancePlacement`` (replica 0's
-    stages: the ranks one step graph has).
+def layout_for(placement, device, *, key: str = "cluster.nodes", replica: int = 0) -> RankLayout:
+    """The layout of an instance placed by ``placement.InstancePlacement`` (data-parallel
+    rank ``replica``'s stages: the ranks one step graph has).
 
     NPU slots within a node need not be the physical GPU indices (the node's network is one
     switch: every slot is alike): a stage that receives from another node takes the slots its
@@ -69,15 +69,30 @@ def layout_for(placement, device, *, key: str = "cluster.nodes") -> RankLayout:
     only, as NCCL's PXN routes it) and a step graph replayed by ASTRA-Sim times it as the
     engine does. A placement whose stages return to a node they left may not allow that; it is
     refused with a ConfigError."""
-    groups = placement.groups[:placement.pp]
+    return _chain_layout(placement.index, placement.rank_groups(replica), placement.tp, device, key,
+                         "pipeline stages", "stage")
+
+
+def dp_layout(placement, device, *, key: str = "cluster.nodes") -> RankLayout:
+    """The layout of a lockstep data-parallel server (pp = 1): its ``dp`` TP groups in rank
+    order, DP rank d's TP index t at ``npus[d x tp + t]``. On one node that is NPU d x tp + t
+    (the network the EP collectives always had). Across nodes the ranks are laid out as
+    pipeline stages are (:func:`layout_for`): a rank on another node than the rank before it
+    takes that rank's NPU slots there, so the DP group's ring (rank order) crosses between
+    nodes on one rail, dimension 1 only, and steps inside a node on dimension 0."""
+    return _chain_layout(placement.index, placement.groups, placement.tp, device, key,
+                         "data-parallel ranks", "rank")
+
+
+def _chain_layout(index: int, groups: tuple, tp: int, device, key: str, what: str, unit: str) -> RankLayout:
     nodes = sorted({n for n, _ in groups})
     if len(nodes) == 1:
-        return RankLayout.single(placement.tp * placement.pp)
+        return RankLayout.single(tp * len(groups))
     if device.inter_node is None:
-        raise ConfigError(f"the instance's pipeline stages span nodes {nodes}, but device {device.name} "
+        raise ConfigError(f"the instance's {what} span nodes {nodes}, but device {device.name} "
                           f"({device.path}) has no inter_node block (the network between nodes): add one, "
                           f"or place the instance on one node", key=key)
-    g, tp = device.gpus_per_node, placement.tp
+    g = device.gpus_per_node
     pos = {n: i for i, n in enumerate(nodes)}
     free = {n: list(range(g)) for n in nodes}
     slots = []
@@ -86,8 +101,8 @@ def layout_for(placement, device, *, key: str = "cluster.nodes") -> RankLayout:
         if want is not None and all(x in free[node] for x in want):
             mine = want
         elif want is not None:
-            raise ConfigError(f"instance {placement.index}: stage {s} returns to node {node} after leaving it; "
-                              f"pipeline stages must visit each node once, in order", key="cluster.placement")
+            raise ConfigError(f"instance {index}: {unit} {s} returns to node {node} after leaving it; "
+                              f"{what} must visit each node once, in order", key="cluster.placement")
         else:
             mine = free[node][:tp]
         for x in mine:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 
 from llmservingsim.errors import ConfigError
-from llmservingsim.rank_layout import layout_for
+from llmservingsim.rank_layout import dp_layout, layout_for
 
 
 def instance_timers(placements: list, device, make: Callable) -> list:
@@ -20,6 +20,33 @@ def instance_timers(placements: list, device, make: Callable) -> list:
         if key not in made:
             made[key] = make(key)
         out.append(made[key])
+    return out
+
+
+def rank_timers(placements: list, device, make: Callable, first: list) -> list:
+    """Data-parallel servers (dp > 1): one step timer per engine core (core = server x dp +
+    rank), each rank's on its own stages' layout (a dense rank with pp > 1 may span nodes);
+    ``first``: the ``instance_timers`` result, whose one-node timer every rank on one node
+    shares (nothing per step added)."""
+    made = {None: next((t for p, t in zip(placements, first) if not layout_for(p, device).multi_node), None)}
+    out = []
+    for p in placements:
+        for d in range(p.dp):
+            layout = layout_for(p, device, replica=d)
+            key = layout if layout.multi_node else None
+            if made.get(key) is None:
+                made[key] = make(key)
+            out.append(made[key])
+    return out
+
+
+def server_layouts(placements: list, device) -> list:
+    """Per lockstep MoE server (pp = 1): the layout its EP collectives run on, None for a
+    server on one node (the network they always had, ``EPCommModel``'s default)."""
+    out = []
+    for p in placements:
+        layout = dp_layout(p, device)
+        out.append(layout if layout.multi_node else None)
     return out
 
 

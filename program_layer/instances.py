@@ -219,9 +219,11 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
     if dp > 1 or ep > 1:         # data / expert parallelism: docs/data-expert-parallel.md
         from llmservingsim.expert_parallel import check_parallelism
         check_parallelism(model, device.gpus_per_node, device.name, tp, pp, dp, ep)
-        if pp > 1:
-            raise ConfigError("pipeline parallelism together with data parallelism is not modelled "
-                              "(dp > 1 needs pp: 1)", key="parallelism.pp")
+        if pp > 1 and model.is_moe:     # a dense model's ranks are independent engine cores: any pp
+            raise ConfigError("pipeline parallelism together with data parallelism is not modelled for a "
+                              "mixture-of-experts model (its ranks step in lockstep waves, and how vLLM runs "
+                              "those waves with pp > 1 is not modelled): give pp: 1 with dp / ep > 1",
+                              key="parallelism.pp")
     engine = resolve_engine(spec.engine, device.cuda_memory_bytes / (1 << 30), device.gpu, model.max_model_len,
                             dispatch.engine_args)
     if pp > 1:                                  # vLLM 0.19: no async scheduling with pp > 1

@@ -149,6 +149,10 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         placements = None
         timers = [b.timer for b in built]
     timer = timers[0]
+    core_timers = None
+    if dp > 1 and placements is not None:   # each data-parallel rank on its own stages' layout
+        from .cluster_build import rank_timers
+        core_timers = rank_timers(placements, device, b0.make_timer, timers)
     program_hooks = ProgramHooks()
     hooks = program_hooks.as_hooks()
     if engine["scheduling_policy"] != "priority":
@@ -164,14 +168,17 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
         kv = KVCacheManager(b.memory.num_blocks, b.engine["block_size"], b.engine["enable_prefix_caching"],
                             clock=lambda: loop.now, hooks=hooks, instance=server)
         extra = {} if cls is not PipelineInstance else {"pp": b.pp}
-        return cls(i, loop, Scheduler(b.sched_cfg, kv), timers[server], hooks, b.engine["async_scheduling"],
+        return cls(i, loop, Scheduler(b.sched_cfg, kv), timers[server] if core_timers is None else core_timers[i], hooks, b.engine["async_scheduling"],
                    cluster.finished, on_step, metrics.on_decode_step, fast_forward=not step_mode, **extra)
     if dp == 1:
         for i, b in enumerate(built):
             cluster.add_instance(engine_core(i, i, Instance if b.pp == 1 else PipelineInstance))
     else:
         from llmservingsim.dp_build import add_dp_servers
-        dpep = add_dp_servers(cluster, cfg["instances"], dp, engine_core, timer, dpep, metrics)
+
+        from .cluster_build import server_layouts
+        layouts = server_layouts(placements, device) if dpep is not None and dpep.moe is not None else None
+        dpep = add_dp_servers(cluster, cfg["instances"], dp, engine_core, timer, dpep, metrics, layouts)
     if pp > 1 and trace_steps:
         record_batches(cluster, metrics)
     if cfg.get("kv_tiers") is not None:         # CPU / CXL KV tiers (docs/kv-tiers.md)

@@ -162,7 +162,10 @@ def _export_lockstep(cfg: dict, args):
     ep = timer.ep_comm
     tp = ep.tp
     system, raised = upstream_system(sim.device.system_config())
-    groups = lockstep_groups(dp, tp)
+    groups = lockstep_groups(dp, tp, ep.layout)
+    if ep.layout is not None and ep.layout.multi_node:     # ranks across nodes: the [intra, inter] network
+        from llmservingsim.inter_node import per_dimension_system
+        system = per_dimension_system(system, 2)
     out = Path(args.out)
     for k, ranks in enumerate(steps):
         d = out / f"step{k:05d}"
@@ -182,7 +185,8 @@ def _export_lockstep(cfg: dict, args):
     if raised:
         print(f"note: the device's endpoint-delay {sim.device.system_config().get('endpoint-delay')} ns is exported "
               "as 1 ns (upstream ASTRA-Sim aborts on 0); expected.json uses 1 ns")
-    print(f"wrote {len(steps)} step folder(s) to {out}/ ({dp} data-parallel ranks x tp {tp} = {dp * tp} NPUs, "
+    where = "" if ep.layout is None else f" on {ep.layout.nodes} nodes of a {ep.layout.npus_count}-NPU network, the others idle"
+    print(f"wrote {len(steps)} step folder(s) to {out}/ ({dp} data-parallel ranks x tp {tp} = {dp * tp} NPUs{where}, "
           f"MoE dispatch and combine on the groups of comm_group.json); run upstream ASTRA-Sim as: "
           f"--workload-configuration={out}/step00000/step --system-configuration={out}/step00000/system.json "
           f"--network-configuration={out}/step00000/network.yml "

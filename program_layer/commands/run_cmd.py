@@ -79,10 +79,23 @@ def main(args) -> int:
               + ", ".join(f"{axis}={label}" for axis, label in summary["policies"].items())
               # a bundle that is not a measurement says so in the header (derived, synthesized)
               + ("" if summary["bundle"]["provenance"] == "measured" else f"; bundle {summary['bundle']['provenance']}"))
-        for entry in summary["placement"]:          # pipeline stages / nodes (docs/clusters.md)
-            if "stages" in entry:
-                print("placement: instance {}: ".format(entry["instance"]) + ", ".join(
-                    f"stage {st['stage']} node {st['node']} GPUs {st['gpus'][0]}-{st['gpus'][-1]}"
-                    for st in entry["stages"]))
+        for entry in summary["placement"]:          # pipeline stages, DP ranks, nodes (docs/clusters.md)
+            line = placement_line(entry)
+            if line:
+                print(f"placement: instance {entry['instance']}: {line}")
         print(summary_text(summary, out, time.perf_counter() - t0))
     return 0
+
+
+def placement_line(entry: dict) -> str:
+    """The run header's placement of one instance: its pipeline stages, or its DP ranks (each
+    with its stages when it has several); "" for a plain instance on one node."""
+    def gpus(g):
+        return f"GPU {g[0]}" if len(g) == 1 else f"GPUs {g[0]}-{g[-1]}"
+
+    def stages(e):
+        return ", ".join(f"stage {st['stage']} node {st['node']} {gpus(st['gpus'])}" for st in e["stages"])
+    if "ranks" in entry:
+        return "; ".join(f"rank {r['rank']} " + (stages(r) if "stages" in r else f"node {r['node']} {gpus(r['gpus'])}")
+                         for r in entry["ranks"])
+    return stages(entry) if "stages" in entry else ""

@@ -195,3 +195,15 @@ def test_export_chakra_writes_the_two_level_network_and_replays(tmp_path):
     assert run.stdout.strip().splitlines() == [
         f"sys[{r}] finished, {expected['finish_ns'][str(r)]} cycles, exposed communication "
         f"{expected['exposed_comm_ns'][str(r)]} cycles." for r in range(16)]
+
+
+def test_run_header_prints_stages_and_dp_ranks():
+    from program_layer.commands.run_cmd import placement_line
+    assert placement_line({"instance": 0, "node": 0, "gpus": [0, 1]}) == ""
+    assert placement_line({"instance": 0, "nodes": [0, 1], "stages": [
+        {"stage": 0, "node": 0, "gpus": list(range(8))}, {"stage": 1, "node": 1, "gpus": list(range(8))}]}) == \
+        "stage 0 node 0 GPUs 0-7, stage 1 node 1 GPUs 0-7"
+    assert placement_line({"instance": 0, "nodes": [0, 1], "ranks": [
+        {"rank": 0, "node": 0, "gpus": [0]},
+        {"rank": 1, "nodes": [0, 1], "stages": [{"stage": 0, "node": 0, "gpus": [1]}, {"stage": 1, "node": 1, "gpus": [0]}]},
+    ]}) == "rank 0 node 0 GPU 0; rank 1 stage 0 node 0 GPU 1, stage 1 node 1 GPU 0"
