@@ -12,13 +12,15 @@ answers, the original request to a decode instance with the prefill's ``kv_trans
    forwarding is not timed).
 2. **Decode leg** on D: when D's scheduler admits it (same head-of-line and
    ``max_num_seqs`` rules as any admission), it allocates blocks for the whole prompt, the
-   prefix found in D's own cache included, computes nothing and leaves the waiting queue
-   (vLLM's ``WAITING_FOR_REMOTE_KVS``). The blocks D did not hit are pulled from P
+   prefix found in D's own cache included, computes nothing and is parked as vLLM's
+   ``WAITING_FOR_REMOTE_KVS`` (the engine's one path for it, ``remote_kv.py``; D's
+   ``PDReceiver`` is the source). The blocks D did not hit are pulled from P
    (``kv_transfer.KVTransferModel``) starting when that scheduling pass's step launches.
 3. **Arrival**: P frees the leg's blocks (their content stays in P's prefix cache, as
    vLLM frees them after D's notification); D publishes the received blocks, sets
    ``num_computed_tokens = prompt - 1`` (vLLM recomputes the last prompt token to get its
-   logits) and puts the leg back at the front of its waiting queue. Its next step computes
+   logits) and puts the leg back at the front of its waiting queue (not ahead of it, as a
+   tier load is: ``PDReceiver.ahead_of_queue`` is False). Its next step computes
    that one token and samples the call's first token, so the call's TTFT spans the prefill
    leg, the transfer and that step; decoding continues on D, where the call completes and
    its retention decision is taken.
@@ -28,7 +30,7 @@ cache hits from the prefill leg, tokens and completion from the decode leg; pree
 both legs add up. Retention and arrival hooks see the call once (arrival on P, completion on
 D). A preempted decode leg recomputes its prompt on D (vLLM does not pull it again).
 
-Costs nothing unless a call is routed to a pair: the engine only tests ``req.pd``.
+Costs nothing unless a call is routed to a pair: the source tests ``req.pd`` per admission.
 """
 from __future__ import annotations
 
@@ -74,7 +76,8 @@ class Disaggregation:
         self.transfer = transfer
         self.records: list[TransferRecord] = []
         for inst in cluster.instances:
-            inst.on_remote_kv = functools.partial(self._start_transfers, inst)
+            sched = inst.scheduler
+            sched.kv_sources = sched.kv_sources + (PDReceiver(self, inst),)
 
     def submit(self, prefill: int, decode: int, call: CallSpec, request_id: int) -> None:
         cluster = self.cluster
@@ -108,7 +111,7 @@ class Disaggregation:
         req.num_preemptions += leg.num_preemptions
         return False
 
-    def _start_transfers(self, inst, reqs: list, now: int) -> None:
+    def start_transfers(self, inst, reqs: list, now: int) -> None:
         bs = inst.kv.block_size
         for dec in reqs:
             pd = dec.pd
@@ -128,10 +131,37 @@ class Disaggregation:
         p = cluster.instances[pd.prefill_instance]
         p.kv.free(pd.prefill)
         p.num_sending -= 1
-        d = cluster.instances[pd.decode_instance]
-        d.scheduler.remote_kv_arrived(pd.decode)
-        if d.current is None:
-            d._start(now)
+        # D publishes the received blocks; prompt - 1 tokens count as computed (the last
+        # one is recomputed for its logits) and the leg waits at the front of the queue
+        cluster.instances[pd.decode_instance].finished_recving(pd.decode, pd.decode.prompt_len - 1, False)
         if p.current is None and p.scheduler.has_work():
             p._start(now)
 
+
+
+class PDReceiver:
+    """A decode instance's ``remote_kv.RemoteKVSource``: a decode leg that holds no blocks
+    yet takes its whole prompt, the part it did not hit locally pulled from its prefill
+    instance (vLLM's NIXL connector: ``do_remote_prefill``)."""
+
+    ahead_of_queue = False      # a landed leg is prepended to the waiting queue
+    __slots__ = ("disagg", "inst")
+
+    def __init__(self, disagg: Disaggregation, inst):
+        self.disagg = disagg
+        self.inst = inst
+
+    def get_num_new_matched_tokens(self, req, hits: list, num_hit: int) -> Optional[int]:
+        pd = req.pd
+        if pd is None or pd.decode is not req or pd.allocated:
+            return None         # not a decode leg, or one already pulled (a preempted leg recomputes)
+        return req.num_tokens - num_hit
+
+    def update_state_after_alloc(self, req, hits: list, num_hit: int, num_external: int) -> None:
+        pd = req.pd
+        pd.allocated = True
+        pd.local_hit_tokens = num_hit
+        req.num_cached_tokens = num_hit
+
+    def start(self, reqs: list, now_ns: int) -> None:
+        self.disagg.start_transfers(self.inst, reqs, now_ns)

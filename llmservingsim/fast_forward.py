@@ -36,7 +36,7 @@ MIN_GAP_STEPS = 8
 def try_fast_forward(inst, nxt) -> bool:
     """Fast-forward ``inst`` whose pending step is ``nxt``; False if it does not apply."""
     sched = inst.scheduler
-    if nxt.preempted or nxt.loads or sched.loaded:     # kv_tiers: loads to start or admit
+    if nxt.preempted or nxt.remote_kv is not None or sched.landed:  # transfers to start, landed KV to admit
         return False
     loop = inst.loop
     next_event = loop.peek()

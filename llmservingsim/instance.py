@@ -52,10 +52,9 @@ class Instance:
         self.num_steps = 0
         self.last_step_ns = 0
         self.step_end_ns = 0         # when the step in flight ends (valid while ``current``)
-        # P/D disaggregation (llmservingsim/disagg.py sets these; None/0 otherwise):
-        # called with the decode legs whose blocks a launched (or empty) pass allocated
-        self.on_remote_kv: Optional[Callable[[list, int], None]] = None
-        self.num_sending = 0         # finished prefill legs whose blocks wait for their transfer
+        # P/D disaggregation (llmservingsim/disagg.py): finished prefill legs whose blocks
+        # wait for their transfer to a decode instance (vLLM's delayed free on the sender)
+        self.num_sending = 0
 
     # ---- arrivals -----------------------------------------------------------------------
     def submit(self, req: Request, ingest_hooks: bool = True) -> None:
@@ -91,14 +90,11 @@ class Instance:
         if out:
             self._launch(out, now)
             return
-        if out.loads:                       # kv_tiers: only loads were scheduled
-            self.tiers.start_loads(out.loads, now)
-            return
-        if out.remote is not None:          # P/D: only KV pulls were started (vLLM: a no-forward step)
-            self.on_remote_kv(out.remote, now)
+        if out.remote_kv is not None:       # only KV transfers were started (vLLM: a no-forward step)
+            self._start_remote_kv(out.remote_kv, now)
+        # a landing transfer (received here, or sent from here) will wake it
         if self.scheduler.waiting and not self.scheduler.running and not (
-                self.num_sending or self.scheduler.num_receiving) and (
-                self.tiers is None or not self.tiers.loading):      # a tier load will wake it
+                self.num_sending or self.scheduler.num_receiving):
             head = self.scheduler.waiting.peek()
             raise StuckError(
                 f"instance {self.index} cannot admit request {head.request_id} (program {head.owner}, "
@@ -109,8 +105,6 @@ class Instance:
         for sr in out.scheduled:
             if sr.req.first_scheduled_ns is None:
                 sr.req.first_scheduled_ns = now
-        if out.loads:                       # kv_tiers: loads start as their step launches
-            self.tiers.start_loads(out.loads, now)
         timing = self.timer.time(out)
         self.last_step_ns = timing.total_ns
         self.step_end_ns = now + timing.total_ns
@@ -119,8 +113,8 @@ class Instance:
         self.num_steps += 1
         if self._on_step is not None:
             self._on_step(self, out, now, timing)
-        if out.remote is not None:
-            self.on_remote_kv(out.remote, now)
+        if out.remote_kv is not None:       # transfers start as their step launches
+            self._start_remote_kv(out.remote_kv, now)
         if self.async_scheduling:
             self.pending = self.scheduler.schedule()
         self.loop.schedule(now + timing.total_ns, self._end_step)
@@ -134,17 +128,30 @@ class Instance:
         for req in finished:
             self._finish(req, now)
         nxt, self.pending = self.pending, None
-        if nxt is not None and not nxt and nxt.loads:   # kv_tiers: a step of loads only
-            self.tiers.start_loads(nxt.loads, now)
         if nxt:
-            if self.fast_forward and nxt.remote is None and try_fast_forward(self, nxt):
+            if self.fast_forward and try_fast_forward(self, nxt):
                 return
             self._launch(nxt, now)
             return
-        if nxt is not None and nxt.remote is not None:
-            self.on_remote_kv(nxt.remote, now)
+        if nxt is not None and nxt.remote_kv is not None:  # a pass that only parked requests
+            self._start_remote_kv(nxt.remote_kv, now)
         if self.scheduler.has_work():
             self._start(now)
+
+    # ---- requests waiting for remote KV (llmservingsim/remote_kv.py) --------------------
+    def _start_remote_kv(self, parked: dict, now: int) -> None:
+        """Start the transfers of the requests a pass parked, source by source in the
+        scheduler's order (so same-time landings are ordered alike in every run)."""
+        for src in self.scheduler.kv_sources:
+            reqs = parked.get(src)
+            if reqs:
+                src.start(reqs, now)
+
+    def finished_recving(self, req: Request, num_computed: int, ahead_of_queue: bool) -> None:
+        """A source's transfer for ``req`` landed: publish, re-queue it, wake the engine."""
+        self.scheduler.finished_recving(req, num_computed, ahead_of_queue)
+        if self.current is None:
+            self._start(self.loop.now)
 
     def _finish(self, req: Request, now: int) -> None:
         self._on_finished(req, now)

@@ -23,15 +23,16 @@ What it models, after vLLM's ``OffloadingConnector`` (scheduler side:
   GPU entries are (protection is a preference, not a lock). A block evicted from the CPU
   tier moves to the CXL tier when one is configured (demotion; not in vLLM, whose CPU tier
   has no lower tier).
-- **Loads** (``Scheduler`` admission + ``start_loads`` + ``_finish_load``): a waiting
-  request's blocks after its GPU prefix hit are looked up tier by tier (consecutive ready
-  blocks, at most the prompt's ``num_tokens - 1`` tokens, like the GPU lookup). On a hit
-  the request gets GPU blocks for the whole hit, leaves the waiting queue (vLLM's
-  ``WAITING_FOR_REMOTE_KVS``: skipped by admission, no token budget, not running) and its
-  copy is queued on the host-to-device link when the step it was scheduled in launches
-  (``start_load_kv``). Other requests keep stepping. When the copy ends the blocks are
-  published, the request's computed tokens cover the hit and it re-enters the waiting
-  queue at the front; the next schedule admits it and it computes only the rest.
+- **Loads**: the tiers are a ``remote_kv.RemoteKVSource`` (the engine's one path for
+  vLLM's ``WAITING_FOR_REMOTE_KVS``). ``get_num_new_matched_tokens``: a waiting request's
+  blocks after its GPU prefix hit are looked up tier by tier (consecutive ready blocks, at
+  most the prompt's ``num_tokens - 1`` tokens, like the GPU lookup). On a hit the request
+  gets GPU blocks for the whole hit and is parked (no token budget, not running);
+  ``start`` queues its copy on the host-to-device link when the step it was scheduled in
+  launches (``start_load_kv``). Other requests keep stepping. When the copy ends
+  (``_finish_load``) the blocks are published, the request's computed tokens cover the hit
+  and it is admitted before the waiting queue (``ahead_of_queue``); it computes only the
+  rest.
 - **Cost**: a transfer of ``b`` bytes per GPU takes ``latency + b / bandwidth`` on its
   link; every GPU of the instance copies its own shard over its own link in parallel, so
   the time is that of one rank and the bytes reported are the instance's (all ranks).
@@ -275,7 +276,10 @@ class CallTierStats:
 
 class InstanceTiers:
     """The tiers one instance uses: the stores (own or its node's), one link per tier and
-    direction, per-request store progress and the loads in flight."""
+    direction, per-request store progress and the loads in flight. Its load side is a
+    ``remote_kv.RemoteKVSource``."""
+
+    ahead_of_queue = True   # landed loads are admitted before the waiting queue
 
     def __init__(self, inst, stores: list, block_bytes_rank: int, ranks: int, hooks=None):
         self.inst = inst
@@ -288,6 +292,7 @@ class InstanceTiers:
         self.d2h = {s.name: Link(s.spec.d2h_gbs, s.spec.latency_ns) for s in stores}
         self.next_store: dict[int, int] = {}    # request id -> next block index to store
         self.loading: dict[int, _Load] = {}     # request id -> load in flight
+        self._matched: list = []                # the last match's [(store, hashes)]
         self.calls: dict[int, CallTierStats] = {}
         self.hooks = hooks
         self._pin_seq = 0
@@ -356,6 +361,31 @@ class InstanceTiers:
             parts.append((cur, run))
         return parts
 
+    # ---- remote_kv.RemoteKVSource ---------------------------------------------------------
+    def get_num_new_matched_tokens(self, req, hits: list, num_hit: int):
+        """The tokens of the tier hit past the GPU hit; None without one (a request with
+        computed tokens, e.g. a landed load, looks up nothing)."""
+        if req.num_computed_tokens:
+            return None
+        parts = self.lookup(req, len(hits), self.kv._clock())
+        if not parts:
+            self.admitted(req)
+            return None
+        self._matched = parts
+        return sum(len(hs) for _, hs in parts) * self.kv.block_size
+
+    def update_state_after_alloc(self, req, hits: list, num_hit: int, num_external: int) -> None:
+        kv = self.kv
+        if req.num_cached_tokens < 0:       # first admission: vLLM counts local + external hits
+            req.num_cached_tokens = num_hit + num_external
+            kv.prefix_stats.queries += req.prompt_len
+            kv.prefix_stats.hits += num_hit
+        self.begin_load(req, len(hits), self._matched)
+        self._matched = []
+
+    def start(self, reqs: list, now_ns: int) -> None:
+        self.start_loads(reqs, now_ns)
+
     def begin_load(self, req, gpu_blocks: int, parts: list) -> None:
         """Admission took the request with a tier hit: reference the blocks (not evictable
         while read), touch its prefix, hold the load until its step launches."""
@@ -401,10 +431,8 @@ class InstanceTiers:
             st.tokens[s.name] = st.tokens.get(s.name, 0) + len(hs) * self.kv.block_size
             total += len(hs)
         st.load_ns += load.end_ns - load.start_ns
-        self.sched.load_finished(req, (load.gpu_blocks + total) * self.kv.block_size)
         self.next_store[rid] = load.gpu_blocks + total      # loaded blocks are in a tier already
-        if self.inst.current is None:
-            self.inst._start(self.inst.loop.now)
+        self.inst.finished_recving(req, (load.gpu_blocks + total) * self.kv.block_size, True)
 
     # ---- retention "offload" -----------------------------------------------------------
     def offload(self, req, deadline_ns: int, value, now_ns: int) -> Optional[int]:
@@ -442,6 +470,9 @@ def attach_tiers(inst, stores: list, block_bytes_rank: int, ranks: int, hooks=No
     tiers = InstanceTiers(inst, stores, block_bytes_rank, ranks, hooks)
     inst.tiers = tiers
     inst.scheduler.tiers = tiers
+    # asked first at admission (before a P/D source): a tier hit is looked up before the
+    # request's remote prefill is pulled
+    inst.scheduler.kv_sources = (tiers,) + inst.scheduler.kv_sources
     inst.kv.tiers = tiers
     return tiers
 

@@ -34,6 +34,7 @@ class RequestStatus(enum.IntEnum):
     RUNNING = 1
     PREEMPTED = 2
     FINISHED = 3
+    WAITING_FOR_REMOTE_KVS = 4  # holds blocks while its KV arrives (llmservingsim/remote_kv.py)
 
 
 class Request:

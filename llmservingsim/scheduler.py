@@ -16,6 +16,9 @@ Output tokens: when a step's chunk reaches the end of a request's known tokens t
 samples one token; it is counted as a placeholder at schedule time and becomes a real
 token in ``update_from_output``. Requests whose outputs (real + placeholder) already reach
 ``max_tokens`` are not scheduled again (vLLM anticipates max_tokens stops).
+KV from outside the pool (CPU/CXL tiers, a P/D decode leg's prefill instance) takes one
+path, vLLM's ``WAITING_FOR_REMOTE_KVS`` (``remote_kv.py``): admission asks ``kv_sources``,
+parks a matched head with unpublished blocks, and ``finished_recving`` re-admits it first.
 Ownership: only this class writes ``status``, ``num_computed_tokens``, ``num_placeholders``
 and ``num_tokens`` of a request.
 """
@@ -53,10 +56,9 @@ class SchedulerOutput:
     scheduled: list = field(default_factory=list)     # [ScheduledRequest] in batch order
     preempted: list = field(default_factory=list)
     num_tokens: int = 0
-    loads: tuple = ()           # kv_tiers: requests whose tier loads start when this step launches
-    # P/D: decode legs whose blocks this pass allocated for a remote prefill's KV (their
-    # transfers start when this step launches); None (not an empty list) unless there are some
-    remote: Optional[list] = None
+    # requests this pass parked as WAITING_FOR_REMOTE_KVS, {source: [request]} (their
+    # transfers start when this step launches; llmservingsim/remote_kv.py); None unless some
+    remote_kv: Optional[dict] = None
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
@@ -64,13 +66,15 @@ class SchedulerOutput:
 
 class Scheduler:
     tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
+    # remote_kv.RemoteKVSource objects asked in this order at admission; () when none
+    kv_sources: tuple = ()
 
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager):
         self.config = config
         self.kv = kv
         self.running: list[Request] = []
         self.waiting = make_queue(config.policy)
-        self.loaded: deque = deque()    # kv_tiers: landed loads, admitted before the queue
+        self.landed: deque = deque()    # landed remote KV (ahead_of_queue), admitted before the queue
         self.priority_policy = config.policy == "priority"
         self.num_preemptions = 0
         self.num_ff_steps = 0       # steps applied in bulk by fast-forward
@@ -78,14 +82,14 @@ class Scheduler:
         # pipeline parallelism (llmservingsim.pipeline): a request whose sampled token is in an
         # in-flight batch has nothing to schedule (vLLM without async scheduling: num_new == 0)
         self.skip_in_flight = False
-        self.num_receiving = 0      # P/D decode legs holding blocks while their KV arrives
+        self.num_receiving = 0      # requests WAITING_FOR_REMOTE_KVS (every source)
 
     def add_request(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
         self.waiting.add(req)
 
     def has_work(self) -> bool:
-        return bool(self.running) or bool(self.waiting) or bool(self.loaded)
+        return bool(self.running) or bool(self.waiting) or bool(self.landed)
 
     # ---- schedule -----------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -145,43 +149,25 @@ class Scheduler:
 
         if not out.preempted:
             waiting = self.waiting
-            loaded = self.loaded
-            while (loaded or waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
-                req = loaded[0] if loaded else waiting.peek()
+            landed = self.landed
+            sources = self.kv_sources
+            while (landed or waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
+                req = landed[0] if landed else waiting.peek()
                 hits, num_hit, num_new = self._admission_chunk(req, budget)
                 if num_new <= 0:
                     break
                 if not kv.can_fit_full_sequence(req, hits):
                     break
-                if self.tiers is not None and req.num_computed_tokens == 0:
-                    took = self._admit_from_tiers(req, hits, num_hit, out)
+                if sources:
+                    took = self._wait_for_remote_kvs(req, hits, num_hit, out)
                     if took is None:
                         break
                     if took:
                         continue
-                pd = req.pd
-                if pd is not None and pd.decode is req and not pd.allocated:
-                    # P/D decode leg (vLLM's NIXL connector): blocks for the whole prompt, the
-                    # part not hit locally to be pulled from the prefill instance; nothing is
-                    # computed and no budget is used until the KV has arrived
-                    if not kv.allocate_slots(req, req.num_tokens - num_hit, hits, num_hit, publish=False):
-                        break
-                    if loaded and req is loaded[0]:
-                        loaded.popleft()
-                    else:
-                        waiting.pop()
-                    pd.allocated = True
-                    pd.local_hit_tokens = num_hit
-                    req.num_cached_tokens = num_hit
-                    self.num_receiving += 1
-                    if out.remote is None:
-                        out.remote = []
-                    out.remote.append(req)
-                    continue
                 if not kv.allocate_slots(req, num_new, hits, num_hit):
                     break
-                if loaded and req is loaded[0]:
-                    loaded.popleft()
+                if landed and req is landed[0]:
+                    landed.popleft()
                 else:
                     waiting.pop()
                 running.append(req)
@@ -198,36 +184,46 @@ class Scheduler:
         out.num_tokens = cfg.max_num_batched_tokens - budget
         return out
 
-    def _admit_from_tiers(self, req: Request, hits: list, num_hit: int, out: SchedulerOutput):
-        """kv_tiers: a waiting head whose prompt continues in a tier past its GPU hit gets
-        GPU blocks for the whole hit (published only once loaded) and leaves the queue while
-        its load runs (vLLM's WAITING_FOR_REMOTE_KVS). True: taken; False: no tier hit
-        (admit as usual); None: its blocks cannot be allocated (admission stops)."""
-        kv, tiers = self.kv, self.tiers
-        parts = tiers.lookup(req, len(hits), kv._clock())
-        if not parts:
-            tiers.admitted(req)
-            return False
-        n = sum(len(hs) for _, hs in parts)
-        if not kv.allocate_slots(req, n * kv.block_size, hits, num_hit, publish=False):
-            return None
-        self.waiting.pop()
-        if req.num_cached_tokens < 0:       # first admission: vLLM counts local + external hits
-            req.num_cached_tokens = num_hit + n * kv.block_size
-            kv.prefix_stats.queries += req.prompt_len
-            kv.prefix_stats.hits += num_hit
-        tiers.begin_load(req, len(hits), parts)
-        out.loads = out.loads + (req,)
-        return True
+    def _wait_for_remote_kvs(self, req: Request, hits: list, num_hit: int, out: SchedulerOutput):
+        """The admission head may take KV from a source (llmservingsim/remote_kv.py): the
+        first source that matches tokens past its local hit gets it blocks for the hit and
+        those tokens (unpublished until they land) and parks it as WAITING_FOR_REMOTE_KVS.
+        True: parked; False: no source matched (admit as usual); None: its blocks cannot be
+        allocated (admission stops)."""
+        for src in self.kv_sources:
+            num_external = src.get_num_new_matched_tokens(req, hits, num_hit)
+            if num_external is None:
+                continue
+            if not self.kv.allocate_slots(req, num_external, hits, num_hit, publish=False):
+                return None
+            landed = self.landed
+            if landed and req is landed[0]:
+                landed.popleft()
+            else:
+                self.waiting.pop()
+            req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+            self.num_receiving += 1
+            src.update_state_after_alloc(req, hits, num_hit, num_external)
+            parked = out.remote_kv
+            if parked is None:
+                parked = out.remote_kv = {}
+            parked.setdefault(src, []).append(req)
+            return True
+        return False
 
-    def load_finished(self, req: Request, num_computed: int) -> None:
-        """kv_tiers: the request's tier load landed: its blocks are published, it has
-        ``num_computed`` tokens and is admitted before the waiting queue (vLLM puts a
-        WAITING_FOR_REMOTE_KVS request back at the head; ahead of any priority too, since it
-        holds its blocks and a head that cannot fit behind it would wait forever)."""
-        req.num_computed_tokens = num_computed
+    def finished_recving(self, req: Request, num_computed: int, ahead_of_queue: bool) -> None:
+        """A parked request's KV landed (vLLM's ``_update_waiting_for_remote_kv``): its
+        blocks are published up to ``num_computed`` tokens, which count as computed, and it
+        is admitted again first: from the landed FIFO before the waiting queue
+        (``ahead_of_queue``, ahead of any priority too) or from the waiting queue's front."""
         self.kv.cache_blocks(req, num_computed)
-        self.loaded.append(req)
+        req.num_computed_tokens = num_computed
+        req.status = RequestStatus.PREEMPTED if req.num_preemptions else RequestStatus.WAITING
+        self.num_receiving -= 1
+        if ahead_of_queue:
+            self.landed.append(req)
+        else:
+            self.waiting.prepend(req)
 
     def admission_blocked(self, num_decodes: int):
         """Whether the admission phase admits nothing now and at every next schedule while
@@ -293,17 +289,6 @@ class Scheduler:
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.prepend(req)
-
-    def remote_kv_arrived(self, req: Request) -> None:
-        """P/D: a decode leg's KV has arrived (llmservingsim/disagg.py). As vLLM's
-        ``_update_waiting_for_remote_kv``: the received blocks are published up to
-        ``prompt - 1`` tokens, which count as computed (the last prompt token is recomputed
-        for its logits), and the leg waits again at the front of the queue."""
-        computed = req.prompt_len - 1
-        self.kv.cache_blocks(req, computed)
-        req.num_computed_tokens = computed
-        self.num_receiving -= 1
         self.waiting.prepend(req)
 
     def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int) -> None:
