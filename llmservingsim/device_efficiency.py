@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional

@@ -82,10 +82,11 @@ def add_dp_servers(cluster, servers: int, dp: int, engine_core: Callable, timer,
         if metrics.trace_rows is not None:
             extra = setup.trace_extra = []
 
-            def on_step(inst, out, now, timing, _record=metrics.on_step):
+            def traced_step(inst, out, now, timing, _record=metrics.on_step):
                 _record(inst, out, now, timing)
                 extra.append((timing.tp_comm_ns, timing.ep_all_gather_ns, timing.ep_reduce_scatter_ns,
                               timing.dp_wait_ns))
+            on_step = traced_step
     for s in range(servers):
         ranks = [engine_core(s * dp + r, s, core_cls, on_step) for r in range(dp)]
         for rank in ranks:

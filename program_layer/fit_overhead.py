@@ -13,7 +13,6 @@ import argparse
 import bisect
 import statistics
 from dataclasses import replace
-from pathlib import Path
 
 from llmservingsim import perf_model
 from llmservingsim.model_config import load_model
