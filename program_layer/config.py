@@ -206,3 +206,15 @@ def resolve_engine(engine: dict, device_memory_gib: float, gpu_name: str, model_
         # policy gets vLLM's priority queue (the built-in fcfs asks for "fcfs")
         e["scheduling_policy"] = scheduling_engine_args.get("scheduling_policy", "priority")
     return e
+
+
+def config_ref(key: str, ref: str, base: Path) -> str:
+    """``model`` or ``hardware`` as load_model / load_device take it: a registry name stays
+    as it is; a path (hardware: a file name with a suffix; model: a config.json, or a path of
+    more than org/name that exists) relative to the config's folder is joined to it."""
+    p = Path(ref)
+    if key == "hardware":
+        is_path = bool(p.suffix)
+    else:
+        is_path = (p.suffix == ".json" or len(p.parts) > 2) and (base / ref).exists()
+    return str(base / ref) if is_path and not p.is_absolute() else ref

@@ -210,7 +210,7 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
 
     from .cluster_build import pipeline_async_scheduling
     from .config import resolve_engine
-    from .run import _comm_model, config_ref
+    from .config import config_ref
 
     model = load_model(config_ref("model", spec.model, base))
     device = load_device(config_ref("hardware", spec.hardware, base))
@@ -264,7 +264,7 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
                                 lines=config.get("_lines"))
 
     def make_timer(layout):
-        return StepTimer(perf, _comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework)
+        return StepTimer(perf, comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework)
 
     sched_cfg = SchedulerConfig(engine["max_num_seqs"], engine["max_num_batched_tokens"],
                                 engine["long_prefill_token_threshold"], engine["enable_chunked_prefill"],
@@ -277,6 +277,20 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
     if one_node:
         b.facts = facts_of(b)
     return b
+
+
+def comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None, layout=None):
+    """The step timer's communication model: None without TP or PP; the execution-graph model on
+    the instance's network (``layout``: a placement spanning nodes); the user's upstream
+    ASTRA-Sim binary around it with ``network: {backend: astra-sim}``."""
+    if tp == 1 and pp == 1:
+        return None
+    from llmservingsim.execution_graph import GraphCommModel
+    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice, layout=layout)
+    if choice is not None and choice.backend == "astra-sim":     # each step graph run by the user's binary
+        from llmservingsim.upstream_comm import UpstreamCommModel
+        return UpstreamCommModel(comm, perf, choice.binary, device.system_config())
+    return comm
 
 
 def facts_of(b: BuiltInstance) -> tuple:
