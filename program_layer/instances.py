@@ -16,8 +16,10 @@ Invariants the checks here keep (each a ConfigError naming ``instances[k].<key>`
   both);
 - with roles (any instance not ``both``): the instances that can exchange KV run the same
   model with pp = 1, their TP sizes divide one another (vLLM's NIXL connector requires
-  it), and they sit on one node (a KV transfer between nodes needs an inter-node network,
-  which is not modelled).
+  it), and instances on different nodes both have a device ``inter_node`` block (the KV
+  transfer crosses the network between the nodes: ``kv_transfer.py``). Different devices
+  may pair (vLLM's NIXL connector moves KV between different GPUs when model and KV layout
+  match); they always sit on different nodes (placement below).
 
 Placement: instances fill the GPUs of a node in order while they fit and use the same
 device; otherwise the next node begins (for ``instances: N`` the layout summary.json always
@@ -283,9 +285,12 @@ def check_disaggregation(specs: list, built: list, places: list) -> None:
                               "divide the other (vLLM's NIXL connector maps KV heads between them)",
                               key=where + "parallelism.tp")
         if p["node"] != node:
-            raise ConfigError(f"instance {s.index} is on node {p['node']}, instance 0 on node {node}: a KV transfer "
-                              "between nodes needs an inter-node network, which is not modelled; with "
-                              "prefill/decode roles every instance must fit on one node", key="instances")
+            for other in (b.device, built[0].device):
+                if other.inter_node is None:
+                    raise ConfigError(f"instance {s.index} is on node {p['node']}, instance 0 on node {node}: a KV "
+                                      f"transfer between nodes crosses the network between them, but device "
+                                      f"{other.name} ({other.path}) has no inter_node block; add one, or with "
+                                      "prefill/decode roles fit every instance on one node", key="instances")
 
 
 def check_list_instance(spec: InstanceSpec, device, par: dict) -> None:

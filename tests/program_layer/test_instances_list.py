@@ -60,12 +60,13 @@ def test_a_mix_of_model_families_is_refused(tmp_path):
     assert e.value.key == "instances[1].model" and "one tokenizer and architecture" in e.value.message
 
 
-def test_roles_across_nodes_are_refused():
-    # 9 RTX PRO 6000 instances: the ninth starts node 1 (8 GPUs a node); a KV transfer
-    # between nodes is not modelled
+def test_roles_across_nodes_without_an_inter_node_block_are_refused():
+    # 3 RTX 4090 instances (2 GPUs a node, no inter_node block): the third starts node 1; a
+    # KV transfer between nodes needs the network between them
     with pytest.raises(ConfigError) as e:
-        build_simulation({"instances": [{"role": "prefill"}, {"role": "decode", "count": 8}], "workload": WL})
-    assert e.value.key == "instances" and "inter-node" in e.value.message
+        build_simulation({"hardware": "RTX4090", "instances": [{"role": "prefill"}, {"role": "decode", "count": 2}],
+                          "workload": WL})
+    assert e.value.key == "instances" and "inter_node" in e.value.message
 
 
 def test_a_list_of_equal_mappings_runs_like_instances_n(tmp_path):
