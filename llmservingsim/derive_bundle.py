@@ -36,20 +36,10 @@ from .model_config import ModelSpec, load_model
 from .op_cost import (UNSHARDED, Roofline, attention_work, dense_work, fit_roofline, moe_work,
                       op_class, per_sequence_work, size_weights)
 from .paths import profiles_dir
-from .profiles import ProfileBundle, bundle_dir, load_bundle
+from .profiles import ProfileBundle, bundle_dir, load_bundle, measured_tps
 
 TABLES = ("dense.csv", "per_sequence.csv", "attention.csv", "moe.csv")
 ATTENTION_AXES = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
-
-
-def measured_tps(base: Path) -> list[int]:
-    """TP degrees of ``base`` (a bundle's variant folder) with a measured bundle: a
-    ``tp<N>`` folder holding dense.csv and no PROVENANCE.md (derived folders carry one)."""
-    out = []
-    for p in base.glob("tp*"):
-        if p.name[2:].isdigit() and (p / "dense.csv").is_file() and not (p / "PROVENANCE.md").exists():
-            out.append(int(p.name[2:]))
-    return sorted(out)
 
 
 def nearest_measured(measured: list[int], k: int) -> int:

@@ -151,7 +151,7 @@ def bundle_samples(model: ModelSpec, folder: Path, tp: int, sm_count: int) -> It
 def measured_bundles(root: Optional[Path] = None, devices: Optional[Iterable[str]] = None) -> list[tuple]:
     """(hardware, model, tp) of every measured bundle under the profile root (a ``tp<N>``
     folder with dense.csv and no PROVENANCE.md), sorted; only ``devices`` when given."""
-    from .derive_bundle import measured_tps
+    from .profiles import measured_tps
     root = Path(root or profiles_dir())
     out = []
     for base in sorted(root.glob("*/*/*/bf16")):

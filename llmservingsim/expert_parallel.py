@@ -103,7 +103,8 @@ class MoERankTimer:
 def moe_source(bundle_path: Path, tp: int) -> tuple[Path, int]:
     """The measured ``moe.csv`` to time MoE layers from: the bundle's own, else the one of
     the nearest measured TP degree that has one (derive_bundle's choice of source)."""
-    from .derive_bundle import measured_tps, nearest_measured
+    from .derive_bundle import nearest_measured
+    from .profiles import measured_tps
     from .errors import ProfileError
     own = bundle_path / "moe.csv"
     if own.is_file() and not (bundle_path / "PROVENANCE.md").exists():

@@ -292,6 +292,16 @@ def _provenance(tp_dir: Path) -> str:
     return f"derived from tp{m.group(1)}" if m else "derived"
 
 
+def measured_tps(base: Path) -> list[int]:
+    """TP degrees of ``base`` (a bundle's variant folder) with a measured bundle: a
+    ``tp<N>`` folder holding dense.csv and no PROVENANCE.md (derived folders carry one)."""
+    out = []
+    for p in base.glob("tp*"):
+        if p.name[2:].isdigit() and (p / "dense.csv").is_file() and not (p / "PROVENANCE.md").exists():
+            out.append(int(p.name[2:]))
+    return sorted(out)
+
+
 def bundle_dir(hardware: str, model: str, variant: str = "bf16", root: Optional[Path] = None) -> Path:
     return Path(root or profiles_dir()) / hardware / model / variant
 

@@ -67,6 +67,16 @@ def parallelism_summary(par: dict) -> dict:
     return {k: v for k, v in par.items() if k in ("tp", "pp") or v != 1}
 
 
+# instances: a list of these per-instance mappings (program_layer/instances.py builds them)
+ROLES = ("both", "prefill", "decode")
+INSTANCE_KEYS = {
+    "hardware": ((str,), None),
+    "model": ((str,), None),
+    "parallelism": ((dict,), None),
+    "engine": ((dict,), None),
+    "role": ((str,), "both"),
+    "count": ((int,), 1),
+}
 POLICY_KEYS = {"retention": ((str, dict), "cache-lru"), "scheduling": ((str, dict), "fcfs"),
                "routing": ((str, dict), "round-robin")}
 WORKLOAD_KEYS = {
@@ -172,7 +182,6 @@ def validate_config(raw: Any, *, source: Optional[str] = None, text: Optional[st
     if eng["scheduling_policy"] not in (None, "fcfs", "priority"):
         raise ConfigError("must be fcfs or priority", file=source, key="engine.scheduling_policy")
     if listed:                      # per-instance mappings, checked over the top-level values
-        from .instances import check_instance_list
         cfg["instances"] = check_instance_list(cfg, source, lines)
     return cfg
 
@@ -206,3 +215,76 @@ def resolve_engine(engine: dict, device_memory_gib: float, gpu_name: str, model_
         # policy gets vLLM's priority queue (the built-in fcfs asks for "fcfs")
         e["scheduling_policy"] = scheduling_engine_args.get("scheduling_policy", "priority")
     return e
+
+
+def config_ref(key: str, ref: str, base: Path) -> str:
+    """``model`` or ``hardware`` as load_model / load_device take it: a registry name stays
+    as it is; a path (hardware: a file name with a suffix; model: a config.json, or a path of
+    more than org/name that exists) relative to the config's folder is joined to it."""
+    p = Path(ref)
+    if key == "hardware":
+        is_path = bool(p.suffix)
+    else:
+        is_path = (p.suffix == ".json" or len(p.parts) > 2) and (base / ref).exists()
+    return str(base / ref) if is_path and not p.is_absolute() else ref
+
+
+def check_instance_list(cfg: dict, source: Optional[str], lines) -> list:
+    """The validated list (each mapping's given keys, ``role`` filled in). Every value is
+    checked as the top-level key of the same name would be, after merging it over the
+    top-level defaults."""
+    items = cfg["instances"]
+    if not items:
+        raise ConfigError("an empty list: give an instance count or at least one mapping", file=source,
+                          line=lines.get("instances"), key="instances")
+    out, roles, block_sizes = [], [], []
+    for k, item in enumerate(items):
+        prefix = f"instances[{k}]"
+        line = lines.get(prefix) or lines.get("instances")
+        if not isinstance(item, dict):
+            raise ConfigError(f"expected a mapping of {', '.join(INSTANCE_KEYS)}, got {type(item).__name__}",
+                              file=source, line=line, key=prefix)
+        checked = _check(item, INSTANCE_KEYS, prefix + ".", source, lines)
+        given = {key: copy.deepcopy(item[key]) for key in INSTANCE_KEYS if key in item and item[key] is not None}
+        given["role"] = checked["role"]
+        if checked["role"] not in ROLES:
+            raise ConfigError(f"must be one of {', '.join(ROLES)}", file=source,
+                              line=lines.get(prefix + ".role") or line, key=prefix + ".role")
+        if checked["count"] < 1:
+            raise ConfigError("must be >= 1", file=source, line=lines.get(prefix + ".count") or line,
+                              key=prefix + ".count")
+        merged = merged_instance(cfg, given)
+        mini = {"model": merged["model"], "hardware": merged["hardware"], "parallelism": merged["parallelism"],
+                "engine": merged["engine"], "workload": {"generator": "swebench"}}
+        try:                       # the top-level checks, on this item's merged values
+            checked_mini = validate_config(mini)
+        except ConfigError as exc:
+            key = f"{prefix}.{exc.key}" if exc.key else prefix
+            raise ConfigError(exc.message, file=source, line=lines.get(key) or line, key=key) from None
+        roles.extend([checked["role"]] * checked["count"])
+        block_sizes.append((checked_mini["engine"]["block_size"], prefix))
+        out.append(given)
+    total = len(roles)
+    if total > MAX_INSTANCES:
+        raise ConfigError(f"{total} instances is more than the simulator supports (at most {MAX_INSTANCES}): "
+                          "every call's routing decision reads every instance's load", file=source,
+                          line=lines.get("instances"), key="instances")
+    sizes = {bs for bs, _ in block_sizes}
+    if len(sizes) > 1:
+        prefix = next(p for bs, p in block_sizes if bs != block_sizes[0][0])
+        raise ConfigError(f"every instance needs the same engine.block_size (got {sorted(sizes)}): the "
+                          "workload's token blocks are hashed once for the cluster", file=source,
+                          line=lines.get(prefix + ".engine.block_size") or lines.get(prefix), key=prefix + ".engine.block_size")
+    if not any(r in ("prefill", "both") for r in roles) or not any(r in ("decode", "both") for r in roles):
+        missing = "prefill" if not any(r in ("prefill", "both") for r in roles) else "decode"
+        raise ConfigError(f"no instance can {missing} (roles: {', '.join(roles)}): give at least one instance "
+                          f"with role {missing} or both", file=source, line=lines.get("instances"),
+                          key="instances")
+    return out
+
+
+def merged_instance(cfg: dict, item: dict) -> dict:
+    """An instance-list item's hardware, model, parallelism and engine over the top-level ones."""
+    return {"hardware": item.get("hardware", cfg["hardware"]), "model": item.get("model", cfg["model"]),
+            "parallelism": {**cfg["parallelism"], **(item.get("parallelism") or {})},
+            "engine": {**cfg["engine"], **(item.get("engine") or {})}}

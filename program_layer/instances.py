@@ -25,24 +25,13 @@ reported).
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
 
 from llmservingsim.errors import ConfigError
 
-from .config import parallelism_summary
+from .config import merged_instance, parallelism_summary
 
-ROLES = ("both", "prefill", "decode")
-INSTANCE_KEYS = {
-    "hardware": ((str,), None),
-    "model": ((str,), None),
-    "parallelism": ((dict,), None),
-    "engine": ((dict,), None),
-    "role": ((str,), "both"),
-    "count": ((int,), 1),
-}
 # Reference shapes of the speed figures routing policies see (InflightLoad.decode_step_s,
 # prefill_step_s): a decode step of 32 sequences at 1,024 tokens of context, and one
 # 2,048-token prefill with no prior context.
@@ -96,67 +85,6 @@ def is_list(cfg: dict) -> bool:
 
 
 # ---- validation (called by config.validate_config for a list) ----------------------------
-def check_instance_list(cfg: dict, source: Optional[str], lines) -> list:
-    """The validated list (each mapping's given keys, ``role`` filled in). Every value is
-    checked as the top-level key of the same name would be, after merging it over the
-    top-level defaults."""
-    from .config import MAX_INSTANCES, _check, validate_config
-    items = cfg["instances"]
-    if not items:
-        raise ConfigError("an empty list: give an instance count or at least one mapping", file=source,
-                          line=lines.get("instances"), key="instances")
-    out, roles, block_sizes = [], [], []
-    for k, item in enumerate(items):
-        prefix = f"instances[{k}]"
-        line = lines.get(prefix) or lines.get("instances")
-        if not isinstance(item, dict):
-            raise ConfigError(f"expected a mapping of {', '.join(INSTANCE_KEYS)}, got {type(item).__name__}",
-                              file=source, line=line, key=prefix)
-        checked = _check(item, INSTANCE_KEYS, prefix + ".", source, lines)
-        given = {key: copy.deepcopy(item[key]) for key in INSTANCE_KEYS if key in item and item[key] is not None}
-        given["role"] = checked["role"]
-        if checked["role"] not in ROLES:
-            raise ConfigError(f"must be one of {', '.join(ROLES)}", file=source,
-                              line=lines.get(prefix + ".role") or line, key=prefix + ".role")
-        if checked["count"] < 1:
-            raise ConfigError("must be >= 1", file=source, line=lines.get(prefix + ".count") or line,
-                              key=prefix + ".count")
-        merged = _merged(cfg, given)
-        mini = {"model": merged["model"], "hardware": merged["hardware"], "parallelism": merged["parallelism"],
-                "engine": merged["engine"], "workload": {"generator": "swebench"}}
-        try:                       # the top-level checks, on this item's merged values
-            checked_mini = validate_config(mini)
-        except ConfigError as exc:
-            key = f"{prefix}.{exc.key}" if exc.key else prefix
-            raise ConfigError(exc.message, file=source, line=lines.get(key) or line, key=key) from None
-        roles.extend([checked["role"]] * checked["count"])
-        block_sizes.append((checked_mini["engine"]["block_size"], prefix))
-        out.append(given)
-    total = len(roles)
-    if total > MAX_INSTANCES:
-        raise ConfigError(f"{total} instances is more than the simulator supports (at most {MAX_INSTANCES}): "
-                          "every call's routing decision reads every instance's load", file=source,
-                          line=lines.get("instances"), key="instances")
-    sizes = {bs for bs, _ in block_sizes}
-    if len(sizes) > 1:
-        prefix = next(p for bs, p in block_sizes if bs != block_sizes[0][0])
-        raise ConfigError(f"every instance needs the same engine.block_size (got {sorted(sizes)}): the "
-                          "workload's token blocks are hashed once for the cluster", file=source,
-                          line=lines.get(prefix + ".engine.block_size") or lines.get(prefix), key=prefix + ".engine.block_size")
-    if not any(r in ("prefill", "both") for r in roles) or not any(r in ("decode", "both") for r in roles):
-        missing = "prefill" if not any(r in ("prefill", "both") for r in roles) else "decode"
-        raise ConfigError(f"no instance can {missing} (roles: {', '.join(roles)}): give at least one instance "
-                          f"with role {missing} or both", file=source, line=lines.get("instances"),
-                          key="instances")
-    return out
-
-
-def _merged(cfg: dict, item: dict) -> dict:
-    return {"hardware": item.get("hardware", cfg["hardware"]), "model": item.get("model", cfg["model"]),
-            "parallelism": {**cfg["parallelism"], **(item.get("parallelism") or {})},
-            "engine": {**cfg["engine"], **(item.get("engine") or {})}}
-
-
 def expand_instances(cfg: dict) -> list[InstanceSpec]:
     """One spec per instance, in index order."""
     if not is_list(cfg):
@@ -164,7 +92,7 @@ def expand_instances(cfg: dict) -> list[InstanceSpec]:
                 for i in range(cfg["instances"])]
     specs = []
     for k, item in enumerate(cfg["instances"]):
-        m = _merged(cfg, item)
+        m = merged_instance(cfg, item)
         for _ in range(item.get("count", 1)):
             specs.append(InstanceSpec(len(specs), m["hardware"], m["model"], dict(m["parallelism"]),
                                       dict(m["engine"]), item.get("role", "both"), f"instances[{k}]."))
@@ -210,7 +138,7 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
 
     from .cluster_build import pipeline_async_scheduling
     from .config import resolve_engine
-    from .run import _comm_model, config_ref
+    from .config import config_ref
 
     model = load_model(config_ref("model", spec.model, base))
     device = load_device(config_ref("hardware", spec.hardware, base))
@@ -264,7 +192,7 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
                                 lines=config.get("_lines"))
 
     def make_timer(layout):
-        return StepTimer(perf, _comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework)
+        return StepTimer(perf, comm_model(model, device, tp, pp, overhead, perf, choice, layout), overhead.framework)
 
     sched_cfg = SchedulerConfig(engine["max_num_seqs"], engine["max_num_batched_tokens"],
                                 engine["long_prefill_token_threshold"], engine["enable_chunked_prefill"],
@@ -277,6 +205,20 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
     if one_node:
         b.facts = facts_of(b)
     return b
+
+
+def comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None, layout=None):
+    """The step timer's communication model: None without TP or PP; the execution-graph model on
+    the instance's network (``layout``: a placement spanning nodes); the user's upstream
+    ASTRA-Sim binary around it with ``network: {backend: astra-sim}``."""
+    if tp == 1 and pp == 1:
+        return None
+    from llmservingsim.execution_graph import GraphCommModel
+    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice, layout=layout)
+    if choice is not None and choice.backend == "astra-sim":     # each step graph run by the user's binary
+        from llmservingsim.upstream_comm import UpstreamCommModel
+        return UpstreamCommModel(comm, perf, choice.binary, device.system_config())
+    return comm
 
 
 def facts_of(b: BuiltInstance) -> tuple:

@@ -25,7 +25,7 @@ from .cluster_build import BATCH_TRACE_COLUMNS, batch_trace, instance_timers, re
 from llmservingsim.step_timer import StepTimer
 
 from . import outputs, package_version
-from .config import parallelism_summary, validate_config
+from .config import config_ref, parallelism_summary, validate_config
 from .dispatch import DispatchPlane
 from .instances import (build_instances, check_list_instance, cluster_setup, cluster_summary, expand_instances,
                         facts_of, instance_count, is_list, placement_of)
@@ -81,17 +81,6 @@ class Simulation:
                 self.cluster.on_request_finished = counted
             self.orchestrator.start()
             self.cluster.run()
-
-
-def _comm_model(model, device, tp: int, pp: int, overhead, perf, choice=None, layout=None):
-    if tp == 1 and pp == 1:
-        return None
-    from llmservingsim.execution_graph import GraphCommModel
-    comm = GraphCommModel(model, device, tp, pp, regimes=overhead.regimes_for(tp), choice=choice, layout=layout)
-    if choice is not None and choice.backend == "astra-sim":     # each step graph run by the user's binary
-        from llmservingsim.upstream_comm import UpstreamCommModel
-        return UpstreamCommModel(comm, perf, choice.binary, device.system_config())
-    return comm
 
 
 def build_simulation(config: dict, *, base_dir: Optional[Path] = None, seed: Optional[int] = None,
@@ -193,18 +182,6 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     orch = Orchestrator(cluster, programs, dispatch, RetentionPlane(policies["retention"]), program_hooks)
     return Simulation(cfg, engine, cluster, orch, programs, metrics, mem, model, device, timer, source, overhead,
                       base, bundle, dpep, placements, specs, built)
-
-
-def config_ref(key: str, ref: str, base: Path) -> str:
-    """``model`` or ``hardware`` as load_model / load_device take it: a registry name stays
-    as it is; a path (hardware: a file name with a suffix; model: a config.json, or a path of
-    more than org/name that exists) relative to the config's folder is joined to it."""
-    p = Path(ref)
-    if key == "hardware":
-        is_path = bool(p.suffix)
-    else:
-        is_path = (p.suffix == ".json" or len(p.parts) > 2) and (base / ref).exists()
-    return str(base / ref) if is_path and not p.is_absolute() else ref
 
 
 def _check_calls_fit(programs, pool_tokens: int, max_model_len: int) -> None:
