@@ -84,6 +84,79 @@ def test_roofline_time_and_fit():
     assert fit == fit_roofline(works, [truth.time_us(w) for w in works], 1000.0, 1000.0)   # deterministic
 
 
+def _fit_exhaustive(works, times, bw, tf, weights=None):
+    """fit_roofline as it was before its SSE screening (commit ec4ebc8): every one of the
+    25 x 25 x 25 grid points of every round evaluated in full. The reference the fast fit must
+    equal bit for bit."""
+    import numpy as np
+    B = np.array([w.bytes for w in works], dtype=float)
+    F = np.array([w.flops for w in works], dtype=float)
+    t = np.array(times, dtype=float)
+    logt = np.log(t)
+    wt = np.ones_like(t) if weights is None else np.asarray(weights, dtype=float)
+    lo_l, hi_l, lo_b, hi_b, lo_f, hi_f = 0.0, float(t.min()) * 0.999, math.log(0.01), 0.0, math.log(0.01), 0.0
+    best = None
+    for _round in range(4):
+        eb, ef, ls = np.linspace(lo_b, hi_b, 25), np.linspace(lo_f, hi_f, 25), np.linspace(lo_l, hi_l, 25)
+        mem = B[None, :] / (bw * 1e3 * np.exp(eb)[:, None])
+        cmp_ = F[None, :] / (tf * 1e6 * np.exp(ef)[:, None])
+        roof = np.maximum(mem[:, None, :], cmp_[None, :, :])
+        for li, L in enumerate(ls):
+            err = np.log(roof + L) - logt
+            sse = np.einsum("ijn,ijn,n->ij", err, err, wt)
+            i, j = np.unravel_index(int(np.argmin(sse)), sse.shape)
+            if best is None or sse[i, j] < best[0]:
+                best = (float(sse[i, j]), float(eb[i]), float(ef[j]), float(L), li)
+        _, b0, f0, l0, _ = best
+        db, df, dl = (hi_b - lo_b) / 12, (hi_f - lo_f) / 12, (hi_l - lo_l) / 12
+        lo_b, hi_b = max(b0 - db, math.log(0.01)), min(b0 + db, 0.0)
+        lo_f, hi_f = max(f0 - df, math.log(0.01)), min(f0 + df, 0.0)
+        lo_l, hi_l = max(l0 - dl, 0.0), min(l0 + dl, float(t.min()) * 0.999)
+    _, b0, f0, l0, _ = best
+    return Roofline(bw * math.exp(b0), tf * math.exp(f0), l0)
+
+
+def test_fit_pins_the_grid_corners_exactly():
+    # Measured faster than the datasheet roofline (2 µs for 1e7 B at 1000 GB/s = 10 µs; 1 µs for
+    # 1e10 FLOP at 1000 TFLOP/s = 10 µs): every prediction is already too slow, so the best point
+    # is 100 % bandwidth, 100 % compute, no launch. The grids end exactly on log(1) = 0 and launch
+    # 0 in every round, so the fit is exactly the peaks: exp(0.0) = 1.
+    fast = [Work(1e7, 1.0), Work(1.0, 1e10)]
+    assert fit_roofline(fast, [2.0, 1.0], 1000.0, 1000.0) == Roofline(1000.0, 1000.0, 0.0)
+    # Memory-bound rows 1e4 times slower than peak (1e6 B: peak 1 µs, measured 1e4 µs; launch is
+    # capped at 0.999 * 1e4): 1 % bandwidth (log(0.01), the grid's start, every round) gives 100 µs,
+    # still too fast, so bandwidth sits at its floor and launch at its cap; no FLOPs, so compute
+    # never binds and the first compute point (1 %) wins the tie.
+    slow = [Work(1e6, 0.0), Work(2e6, 0.0)]
+    fit = fit_roofline(slow, [1e4, 2e4], 1000.0, 1000.0)
+    assert fit == Roofline(1000.0 * math.exp(math.log(0.01)), 1000.0 * math.exp(math.log(0.01)), 1e4 * 0.999)
+    assert fit == _fit_exhaustive(slow, [1e4, 2e4], 1000.0, 1000.0)
+
+
+def test_fit_equals_the_exhaustive_grid_on_the_recovery_case():
+    truth = Roofline(bandwidth_gbs=500.0, tflops=250.0, launch_us=3.0)
+    works = [Work(b, f) for b in (1e5, 1e6, 1e7, 1e8) for f in (1e6, 1e8, 1e10, 1e11)]
+    times = [truth.time_us(w) for w in works]
+    assert fit_roofline(works, times, 1000.0, 1000.0) == _fit_exhaustive(works, times, 1000.0, 1000.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([0.0, 1e3, 1e5, 3e6, 1e8]), st.sampled_from([0.0, 1e4, 1e7, 5e9, 1e11]),
+                               st.floats(0.5, 5e3), st.sampled_from([0.0, 0.25, 1.0, 3.0])),
+                     min_size=1, max_size=30),
+       bw=st.sampled_from([100.0, 1000.0, 8000.0]), tf=st.sampled_from([10.0, 400.0, 2250.0]))
+def test_fit_is_bit_identical_to_the_exhaustive_grid(rows, bw, tf):
+    # duplicate rows, zero FLOPs or bytes, zero weights and exact ties all go through the screen
+    rows = [r for r in rows if r[0] + r[1] > 0] or [(1e3, 0.0, 1.0, 1.0)]
+    works = [Work(b, f) for b, f, _, _ in rows]
+    times = [t for _, _, t, _ in rows]
+    weights = [w for *_, w in rows]
+    if not any(weights):
+        weights[0] = 1.0
+    assert fit_roofline(works, times, bw, tf, weights) == _fit_exhaustive(works, times, bw, tf, weights)
+    assert fit_roofline(works, times, bw, tf) == _fit_exhaustive(works, times, bw, tf)
+
+
 SHARDED_DENSE = sorted(DENSE_OPS - UNSHARDED)
 
 
