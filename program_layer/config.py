@@ -15,6 +15,7 @@ import yaml
 
 from llmservingsim.errors import ConfigError, parse_yaml, read_text
 
+from .policies.base import DECODE_ROLES, PREFILL_ROLES, ROLES
 from .tier_config import validate_tiers
 
 _NUM = (int, float)
@@ -68,7 +69,6 @@ def parallelism_summary(par: dict) -> dict:
 
 
 # instances: a list of these per-instance mappings (program_layer/instances.py builds them)
-ROLES = ("both", "prefill", "decode")
 INSTANCE_KEYS = {
     "hardware": ((str,), None),
     "model": ((str,), None),
@@ -275,8 +275,9 @@ def check_instance_list(cfg: dict, source: Optional[str], lines) -> list:
         raise ConfigError(f"every instance needs the same engine.block_size (got {sorted(sizes)}): the "
                           "workload's token blocks are hashed once for the cluster", file=source,
                           line=lines.get(prefix + ".engine.block_size") or lines.get(prefix), key=prefix + ".engine.block_size")
-    if not any(r in ("prefill", "both") for r in roles) or not any(r in ("decode", "both") for r in roles):
-        missing = "prefill" if not any(r in ("prefill", "both") for r in roles) else "decode"
+    can_prefill = any(r in PREFILL_ROLES for r in roles)
+    if not can_prefill or not any(r in DECODE_ROLES for r in roles):
+        missing = "prefill" if not can_prefill else "decode"
         raise ConfigError(f"no instance can {missing} (roles: {', '.join(roles)}): give at least one instance "
                           f"with role {missing} or both", file=source, line=lines.get("instances"),
                           key="instances")

@@ -19,19 +19,11 @@ Anything else (a role that cannot do its part, an index out of range) is an
 """
 from __future__ import annotations
 
+from .policies.base import DECODE_ROLES, PREFILL_ROLES
+from .policies.builtin_routing import least_loaded
 from .policies.checks import InvalidDecision, as_int
 
-__all__ = ["RolePairing", "PREFILL_ROLES", "DECODE_ROLES"]
-
-PREFILL_ROLES = ("prefill", "both")
-DECODE_ROLES = ("decode", "both")
-
-
-def _least_loaded(inflight: tuple, among: list) -> int:
-    def key(i: int):
-        load = inflight[i]
-        return (load.num_running + load.num_waiting, load.kv_utilization or 0.0, i)
-    return min(among, key=key)
+__all__ = ["RolePairing"]
 
 
 class RolePairing:
@@ -63,5 +55,5 @@ class RolePairing:
         if role == "both":
             return i, i
         if role == "prefill":
-            return i, _least_loaded(inflight, self.decode)
-        return _least_loaded(inflight, self.prefill), i
+            return i, least_loaded(inflight, self.decode)
+        return least_loaded(inflight, self.prefill), i

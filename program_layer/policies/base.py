@@ -52,6 +52,12 @@ class Signals:
 
 
 #: One instance's load as a routing policy sees it (element of ``inflight``): its dynamic
+#: instance roles (instances: a list; docs/serving-architectures.md) and which of them can
+#: run each half of a call
+ROLES = ("both", "prefill", "decode")
+PREFILL_ROLES = ("prefill", "both")
+DECODE_ROLES = ("decode", "both")
+
 #: load, then static facts (docs/policies.md): role ("prefill" | "decode" | "both"), device
 #: name, gpus (tp x pp), peak_tflops and memory_bandwidth_gbs (per GPU), decode_step_s and
 #: prefill_step_s (the modelled step time of a 32-sequence decode at 1,024 tokens of context

@@ -4,18 +4,18 @@ from __future__ import annotations
 from typing import Optional
 
 from ._params import integer, real
-from .base import RoutingPolicy
+from .base import DECODE_ROLES, PREFILL_ROLES, RoutingPolicy
 
 __all__ = ["RoundRobin", "LeastLoaded", "SessionAffinity", "LeastExpectedCompletion", "least_loaded"]
 
 
-def least_loaded(inflight: tuple) -> int:
-    """The instance with the fewest queued-or-running calls (num_running + num_waiting);
-    ties go to the lower KV utilization, then the lower index."""
+def least_loaded(inflight: tuple, among=None) -> int:
+    """The instance (of ``among``, default all) with the fewest queued-or-running calls
+    (num_running + num_waiting); ties go to the lower KV utilization, then the lower index."""
     def key(i: int):
         load = inflight[i]
         return (load.num_running + load.num_waiting, load.kv_utilization or 0.0, i)
-    return min(range(len(inflight)), key=key)
+    return min(range(len(inflight)) if among is None else among, key=key)
 
 
 class RoundRobin(RoutingPolicy):
@@ -90,8 +90,8 @@ class LeastExpectedCompletion(RoutingPolicy):
         n = range(len(inflight))
         if all(load.role == "both" for load in inflight):
             return self._best(inflight, n, lambda x: x.decode_step_s + x.prefill_step_s)
-        p = self._best(inflight, [i for i in n if inflight[i].role in ("prefill", "both")],
+        p = self._best(inflight, [i for i in n if inflight[i].role in PREFILL_ROLES],
                        lambda x: x.prefill_step_s)
-        d = self._best(inflight, [i for i in n if inflight[i].role in ("decode", "both")],
+        d = self._best(inflight, [i for i in n if inflight[i].role in DECODE_ROLES],
                        lambda x: x.decode_step_s)
         return (p, d)
