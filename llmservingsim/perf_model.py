@@ -137,17 +137,19 @@ class PerformanceModel:
 
     def _decode_consts(self, nd: int) -> tuple:
         """What a pure-decode step of ``nd`` sequences costs whatever their KV lengths:
-        (dense µs, per-sequence µs, the decode grid's row at ``nd``)."""
+        (dense µs, per-sequence µs, the decode grid's row at ``nd``, and that row's lookup
+        ``kv -> µs``, built once per batch size: it runs every decode step)."""
         c = self._decode_memo.get(nd)
         if c is None:
-            c = self._decode_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd),
-                                         self.bundle.attention.decode.row(nd))
+            decode = self.bundle.attention.decode
+            row = decode.row(nd)
+            c = self._decode_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd), row,
+                                         partial(decode.along, row))
         return c
 
     def _decode_attention_us(self, consts: tuple, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
         """``attention_us`` of a pure-decode batch: the decode grid's row at ``nd`` held."""
-        return self._skewed(partial(self.bundle.attention.decode.along, consts[2]), nd, kv_sum / nd,
-                            kv_min, kv_max, 0, 0.0)
+        return self._skewed(consts[3], nd, kv_sum / nd, kv_min, kv_max, 0, 0.0)
 
     def _skewed(self, at, nd: int, mean_kv: float, kv_min: int, kv_max: int, prefill_tokens: int,
                 prefill_ctx: float) -> float:
