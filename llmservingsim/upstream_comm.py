@@ -49,6 +49,14 @@ class UpstreamCommModel:
     def simulator_for(self, tokens: int):
         return self.inner.simulator_for(tokens)
 
+    def stage_comm(self, tokens: int):
+        """What the pipeline engine (pp > 1: llmservingsim.pipeline) times each stage with. The
+        binary runs whole-step graphs only, so a pipelined run cannot be cross-checked on it:
+        one clear error rather than an in-process timing passed off as upstream's."""
+        raise SimError("the astra-sim backend runs whole-step graphs and cannot time pipeline stages "
+                       f"(parallelism.pp = {self.inner.pp}): use backend analytical, congestion-aware or "
+                       "graph with pp > 1", key="network.backend")
+
     def exposed_comm_ns(self, shape: BatchShape) -> int:
         t = shape.num_tokens
         v = self._memo.get(t)

@@ -91,3 +91,18 @@ def test_no_binary_is_one_config_error(tmp_path, monkeypatch):
     assert exc.value.key == "network.binary" and "not an executable file" in exc.value.message
     monkeypatch.setenv("ASTRASIM_BIN", str(fake_binary(tmp_path)))
     assert build_simulation(config(None)).timer.comm.binary == str((tmp_path / "AstraSim_Fake").resolve())
+
+
+def test_a_pipelined_run_on_the_binary_is_one_error_naming_the_backend(tmp_path):
+    """With pp > 1 the engine times each pipeline stage (stage_comm), which the binary cannot:
+    the run stops with one error naming network.backend, exit 2, not a traceback."""
+    binary = fake_binary(tmp_path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: meta-llama/Llama-3.1-8B\nhardware: RTXPRO6000\nparallelism: {tp: 2, pp: 2}\n"
+                   "workload: {generator: swebench, programs: 1, rate_jps: 0.1, seed: 0}\n"
+                   f"network: {{backend: astra-sim, binary: {binary}}}\n")
+    res = subprocess.run([sys.executable, "-m", "program_layer.cli", "run", str(cfg), "--quiet", "--out",
+                          str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2
+    assert "Traceback" not in res.stderr
+    assert "key 'network.backend'" in res.stderr and "cannot time pipeline stages" in res.stderr
