@@ -9,11 +9,11 @@ from llmservingsim.errors import ConfigError
 from llmservingsim.rank_layout import dp_layout, layout_for
 
 
-def instance_timers(placements: list, device, make: Callable) -> list:
+def instance_timers(placements: list, device, make: Callable, one_node=None) -> list:
     """One step timer per instance, ``make(layout)`` built once per distinct layout (its
     communication memo shared by the instances laid out alike): ``make(None)``, the timer
-    runs always had, for every instance on one node."""
-    out, made = [], {}
+    runs always had, for every instance on one node (``one_node`` when already built)."""
+    out, made = [], ({} if one_node is None else {None: one_node})
     for p in placements:
         layout = layout_for(p, device)
         key = layout if layout.multi_node else None

@@ -127,7 +127,7 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     dpep = b0.dpep
     if not is_list(cfg):
         placements = placed[0]
-        timers = instance_timers(placements, device, b0.make_timer)
+        timers = instance_timers(placements, device, b0.make_timer, one_node=b0.timer)
         if b0.timer is None:            # spans nodes: its placement's timer
             b0.timer = timers[0]
             b0.facts = facts_of(b0)
