@@ -102,15 +102,14 @@ def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Option
     chunks, kvs, decodes = pow2(16, MAX_CHUNK), pow2(16, kv_max), pow2(1, 256)
     pre, dec = roof["attention_prefill"], roof["attention_decode"]
 
-    def t_pre(c, p):
-        return pre.time_us(prefill_attention_work(model, c, p, tp, device.sm_count))
-
-    def roof_dec(n, k):
-        return dec.time_us(attention_work(model, 0, 0, n, k, tp)) - dec.launch_us
-
-    rows = [[0, 0, n, k, _fmt(dec.launch_us + roof_dec(n, k))] for n in decodes for k in kvs]
-    rows += [[c, p, 0, 0, _fmt(t_pre(c, p))] for c in chunks for p in [0] + kvs]
-    rows += [[c, p, n, k, _fmt(t_pre(c, p) + roof_dec(n, k))]
+    # each prefill point and each decode point once: the mixed grid is their sums
+    t_pre = {(c, p): pre.time_us(prefill_attention_work(model, c, p, tp, device.sm_count))
+             for c in chunks for p in [0] + kvs}
+    roof_dec = {(n, k): dec.time_us(attention_work(model, 0, 0, n, k, tp)) - dec.launch_us
+                for n in decodes for k in kvs}
+    rows = [[0, 0, n, k, _fmt(dec.launch_us + roof_dec[n, k])] for n in decodes for k in kvs]
+    rows += [[c, p, 0, 0, _fmt(t_pre[c, p])] for c in chunks for p in [0] + kvs]
+    rows += [[c, p, n, k, _fmt(t_pre[c, p] + roof_dec[n, k])]
              for c in chunks for p in [0] + kvs for n in decodes for k in kvs]
     write("attention.csv", ["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"], rows)
     if model.is_moe:
