@@ -217,9 +217,12 @@ class KVCacheManager:
         self.num_cached_blocks[rid] = hi
 
     def free(self, req: Request, drop_content: bool = False) -> None:
-        """Release a request's blocks, tail first (vLLM frees in reverse order)."""
+        """Release a request's blocks, tail first (vLLM frees in reverse order); a kv_tiers
+        store index of the request restarts (finished, preempted or sent: every path frees)."""
         blocks = self.req_blocks.pop(req.request_id, None)
         self.num_cached_blocks.pop(req.request_id, None)
+        if self.tiers is not None:
+            self.tiers.forget(req)
         if blocks:
             self.pool.free_blocks(reversed(blocks), drop_content)
 
@@ -227,8 +230,6 @@ class KVCacheManager:
     def finish(self, req: Request, decision: Optional[RetentionDecision], now_ns: int) -> Optional[int]:
         """Apply a completed request's retention decision to its blocks. Returns the new
         entry's sequence number when it protected them (the caller schedules its expiry)."""
-        if self.tiers is not None and (decision is None or decision.kind != "offload"):
-            self.tiers.forget(req)
         if decision is None or decision.kind in ("release", "none") or (
                 decision.kind in ("protect", "offload") and decision.deadline_ns <= now_ns):
             self.free(req)
@@ -238,7 +239,6 @@ class KVCacheManager:
             seq = None
             if self.tiers is not None:
                 seq = self.tiers.offload(req, decision.deadline_ns, decision.value, now_ns)
-                self.tiers.forget(req)
             self.free(req)
             self._report(req.owner, 0, False, now_ns)
             return seq
@@ -250,6 +250,8 @@ class KVCacheManager:
             return
         blocks = self.req_blocks.pop(req.request_id)
         self.num_cached_blocks.pop(req.request_id, None)
+        if self.tiers is not None:      # the request is done with its blocks (as in free)
+            self.tiers.forget(req)
         old = self.entries.get(req.owner)
         self._entry_seq += 1
         self.entry_epoch += 1

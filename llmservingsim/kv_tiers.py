@@ -469,7 +469,6 @@ def attach_tiers(inst, stores: list, block_bytes_rank: int, ranks: int, hooks=No
     """Give an instance (its scheduler and KV manager) tiers; nothing else changes."""
     tiers = InstanceTiers(inst, stores, block_bytes_rank, ranks, hooks)
     inst.tiers = tiers
-    inst.scheduler.tiers = tiers
     # asked first at admission (before a P/D source): a tier hit is looked up before the
     # request's remote prefill is pulled
     inst.scheduler.kv_sources = (tiers,) + inst.scheduler.kv_sources

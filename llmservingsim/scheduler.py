@@ -65,7 +65,6 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
     # remote_kv.RemoteKVSource objects asked in this order at admission; () when none
     kv_sources: tuple = ()
 
@@ -283,8 +282,6 @@ class Scheduler:
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req)
-        if self.tiers is not None:
-            self.tiers.forget(req)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1
