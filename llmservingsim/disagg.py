@@ -54,7 +54,6 @@ class PDCall:
     local_hit_tokens: int = 0        # prompt tokens the decode instance found in its own cache
     blocks: int = 0                  # blocks pulled from the prefill instance
     start_ns: int = -1
-    end_ns: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +123,6 @@ class Disaggregation:
     def _arrived(self, pd: PDCall) -> None:
         cluster = self.cluster
         now = cluster.loop.now
-        pd.end_ns = now
         self.records.append(TransferRecord(
             pd.prefill.request_id, pd.prefill_instance, pd.decode_instance, pd.blocks,
             self.transfer.total_bytes(pd.prefill_instance, pd.decode_instance, pd.blocks), pd.start_ns, now))

@@ -450,10 +450,6 @@ class InstanceTiers:
     def expire_pin(self, owner: int, seq: int) -> None:
         self.stores[0].unpin(owner, seq)
 
-    def drop_owner(self, owner: int) -> None:
-        for s in self.stores:
-            s.unpin(owner)
-
     # ---- checks and metrics ----------------------------------------------------------------
     def refs(self) -> dict:
         out: dict = {}

@@ -123,11 +123,6 @@ class PipelineInstance(Instance):
         self.on_batch = None                    # optional (instance, step, timing) observer (trace)
         self._accounted_ns = 0
 
-    def submit(self, req) -> None:
-        # the engine ingests a request at its next loop iteration: at once when idle, else when
-        # the oldest batch returns (it is blocked on it)
-        super().submit(req)
-
     def _start(self, now: int) -> None:
         queue, sched = self.queue, self.scheduler
         while len(queue) < self.pp and sched.has_work():

@@ -55,13 +55,6 @@ class InstancePlacement:
         """Data-parallel rank ``replica``'s stage groups, stage order."""
         return self.groups[replica * self.pp:(replica + 1) * self.pp]
 
-    def stage_node(self, stage: int, replica: int = 0) -> int:
-        return self.groups[replica * self.pp + stage][0]
-
-    def crosses_nodes(self, stage: int, replica: int = 0) -> bool:
-        """Whether the activations stage ``stage`` sends to ``stage + 1`` leave its node."""
-        return self.stage_node(stage, replica) != self.stage_node(stage + 1, replica)
-
     def summary(self) -> dict:
         """summary.json's entry: ``{instance, node, gpus}`` for an instance on one node (the form
         single-node runs always wrote), plus ``stages`` with pp > 1; an instance spanning nodes
@@ -106,10 +99,6 @@ class InstancePlacement:
 def _ranges(gpus) -> str:
     g = list(gpus)
     return f"{g[0]}-{g[-1]}" if len(g) > 1 and g == list(range(g[0], g[-1] + 1)) else ",".join(map(str, g))
-
-
-def cluster_nodes(spec: Optional[dict]) -> Optional[int]:
-    return None if spec is None else spec.get("nodes")
 
 
 def place(spec: Optional[dict], *, instances: int, tp: int, pp: int, dp: int, gpus_per_node: int,

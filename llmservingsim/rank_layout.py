@@ -9,7 +9,6 @@ of its placement. Invariant: ``npus`` has one distinct NPU per rank, below ``npu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from .errors import ConfigError
 
@@ -110,9 +109,3 @@ def _chain_layout(index: int, groups: tuple, tp: int, device, key: str, what: st
         slots.append(mine)
     npus = tuple(pos[n] * g + x for (n, _), mine in zip(groups, slots) for x in mine)
     return RankLayout(npus, len(nodes), g, device.inter_node)
-
-
-def describe_layout(layout: Optional[RankLayout]) -> str:
-    if layout is None or not layout.multi_node:
-        return "one node"
-    return f"{layout.nodes} nodes x {layout.gpus_per_node} GPUs"
