@@ -50,22 +50,14 @@ class Table1D:
 class GridND:
     """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``.
 
-    ``values`` is a numpy array or nested lists (one level per axis); the grid keeps nested
-    lists of Python floats (no numpy scalar per lookup, and no numpy import on a run's path)."""
+    ``values`` are nested sequences (one level per axis); the grid keeps them as nested lists
+    of Python floats (no numpy scalar per lookup, and no numpy import on a run's path)."""
 
-    __slots__ = ("axes", "_rows", "_nested")
+    __slots__ = ("axes", "_nested")
 
     def __init__(self, axes: Sequence[Sequence[float]], values):
         self.axes = [list(map(float, a)) for a in axes]
-        self._nested = (values.astype(float).tolist() if hasattr(values, "astype")
-                        else _float_lists(values, len(self.axes)))
-        self._rows = self._nested if len(self.axes) == 2 else None
-
-    @property
-    def values(self):
-        """The grid as a numpy array (a copy)."""
-        import numpy as np
-        return np.asarray(self._nested, dtype=float)
+        self._nested = _float_lists(values, len(self.axes))
 
     def __call__(self, *point: float) -> float:
         if len(point) == 2:
@@ -102,8 +94,8 @@ class GridND:
         caller that holds ``x0`` fixed (a decode batch's size) looks it up once."""
         a0 = self.axes[0]
         i, w = bracket(a0, x0)
-        r0 = self._rows[i]
-        return w, r0, (self._rows[i + 1] if len(a0) > 1 else r0)
+        r0 = self._nested[i]
+        return w, r0, (self._nested[i + 1] if len(a0) > 1 else r0)
 
     def along(self, row: tuple, x1: float) -> float:
         """The value at (x0, x1) of a 2-D grid, given ``row(x0)``."""
