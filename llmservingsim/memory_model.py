@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .expert_parallel import MoEParallel
 from .model_config import ModelSpec
 
 GIB = 1 << 30
@@ -111,8 +112,8 @@ def weight_bytes(model: ModelSpec, tp: int, pp: int = 1, dp: int = 1, ep: int = 
     kv = shard(model.num_kv_heads, tp) * model.head_dim
     attn = h * (q + 2 * kv) + q * h
     if model.is_moe:
-        moe_tp = 1 if ep > 1 else dp * tp
-        mlp = (model.num_experts // ep) * 3 * h * shard(model.moe_intermediate_size, moe_tp) + h * model.num_experts
+        par = MoEParallel(dp, tp, ep)
+        mlp = par.local_experts(model) * 3 * h * shard(model.moe_intermediate_size, par.moe_tp) + h * model.num_experts
     else:
         mlp = 3 * h * shard(model.intermediate_size, tp)
     norms = 2 * h + (2 * model.head_dim if model.qk_norm else 0)
@@ -176,9 +177,7 @@ def activation_peak_bytes(model: ModelSpec, tp: int, max_num_batched_tokens: int
     peak = forward_peak_bytes(model, tp, T)
     if last_stage:
         peak = max(peak, sampler_peak_bytes(model, T, R, sm_count))
-    if dp == 1 and ep == 1:
-        return peak + moe_workspace_bytes(model, tp, T)
-    return peak + moe_workspace_bytes(model, 1 if ep > 1 else dp * tp, dp * T)
+    return peak + moe_workspace_bytes(model, MoEParallel(dp, tp, ep).moe_tp, dp * T)
 
 
 def non_torch_bytes(tp_group: int, tp_non_torch_bytes: int) -> int:
