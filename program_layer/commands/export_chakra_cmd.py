@@ -124,12 +124,14 @@ def _export_lockstep(cfg: dict, args):
     from llmservingsim.step_timer import shape_of
     from program_layer.run import build_simulation
 
-    if cfg["parallelism"]["pp"] != 1 and _is_moe(cfg):
+    if not _is_moe(cfg):           # a lockstep group exists exactly for a MoE model with dp > 1
+        return None
+    if cfg["parallelism"]["pp"] != 1:
         raise ConfigError("export-chakra of a lockstep data-parallel MoE server is built for pp: 1 (the engine "
                           "times its MoE collectives on the dp x tp GPUs of one stage)", file=cfg.get("_source"),
                           key="parallelism.pp", line=(cfg.get("_lines") or {}).get("parallelism.pp"))
     backend = (cfg.get("network") or {}).get("backend", "analytical")
-    if backend not in ("analytical", "congestion-aware") and _is_moe(cfg):
+    if backend not in ("analytical", "congestion-aware"):
         raise ConfigError("export-chakra of a lockstep data-parallel MoE server writes the analytical network "
                           "its MoE collectives are timed on (use backend analytical)", file=cfg.get("_source"),
                           key="network.backend", line=(cfg.get("_lines") or {}).get("network.backend"))
