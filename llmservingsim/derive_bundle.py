@@ -94,15 +94,21 @@ def scaled_time(t_m: float, roof: Roofline, work_m, work_k) -> float:
     return t_m * roof.time_us(work_k) / roof.time_us(work_m)
 
 
+def table_works(model: ModelSpec, tables: list[_Table], tp: int) -> list[list]:
+    """Per table, per row: (op, its work at ``tp``)."""
+    return [[_work(model, t.name, r, tp) for r in t.rows] for t in tables]
+
+
 def fit_source(model: ModelSpec, tables: list[_Table], m: int, bandwidth_gbs: float,
-               tflops: float) -> dict[str, Roofline]:
+               tflops: float, works: Optional[list] = None) -> dict[str, Roofline]:
     """One roofline per op class, fitted on the source tables' rows at TP m (the unsharded
     embedding and sampler are left out: they are copied, and the sampler is many kernels).
-    Rows are weighted by ``op_cost.size_weights`` per op, so small and large sizes count alike."""
+    Rows are weighted by ``op_cost.size_weights`` per op, so small and large sizes count alike.
+    ``works``: ``table_works(model, tables, m)`` when the caller has it already."""
     groups: dict[str, tuple[list, list, list]] = {}
-    for t in tables:
-        for r in t.rows:
-            op, w = _work(model, t.name, r, m)
+    works = table_works(model, tables, m) if works is None else works
+    for t, t_works in zip(tables, works):
+        for r, (op, w) in zip(t.rows, t_works):
             if op in ("embedding", "sampler"):
                 continue
             ops, ws, ts = groups.setdefault(op_class(op), ([], [], []))
@@ -143,14 +149,14 @@ def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path
         raise ProfileError(f"tp{m} is not a measured bundle (measured: {measured})", file=str(base / f"tp{m}"))
     src, dst = base / f"tp{m}", (Path(out) if out is not None else base / f"tp{tp}")
     tables = [_read(src / name, spec) for name in TABLES if (src / name).exists()]
-    fits = fit_source(spec, tables, m, device.memory_bandwidth_gbs, device.peak_bf16_tflops)
+    works = table_works(spec, tables, m)          # each row's work at the source TP, once
+    fits = fit_source(spec, tables, m, device.memory_bandwidth_gbs, device.peak_bf16_tflops, works)
     dst.mkdir(parents=True, exist_ok=True)
-    for t in tables:
+    for t, t_works in zip(tables, works):
         with open(dst / t.name, "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=t.fields, lineterminator="\n")
             w.writeheader()
-            for r in t.rows:
-                op, w_m = _work(spec, t.name, r, m)
+            for r, (op, w_m) in zip(t.rows, t_works):
                 if op not in UNSHARDED:
                     _, w_k = _work(spec, t.name, r, tp)
                     t_k = scaled_time(float(r["time_us"]), fits[op_class(op)], w_m, w_k)
