@@ -32,7 +32,7 @@ from pathlib import Path
 
 from llmservingsim.errors import ConfigError
 
-from .config import merged_instance, parallelism_summary
+from .config import config_ref, merged_instance, parallelism_summary, resolve_engine
 
 # Reference shapes of the speed figures routing policies see (InflightLoad.decode_step_s,
 # prefill_step_s): a decode step of 32 sequences at 1,024 tokens of context, and one
@@ -139,8 +139,6 @@ def _build_one(spec: InstanceSpec, cfg, base, profiles, framework, dispatch, con
     from llmservingsim.step_timer import StepTimer
 
     from .cluster_build import pipeline_async_scheduling
-    from .config import resolve_engine
-    from .config import config_ref
 
     model = load_model(config_ref("model", spec.model, base))
     device = load_device(config_ref("hardware", spec.hardware, base))
@@ -230,12 +228,9 @@ def facts_of(b: BuiltInstance) -> tuple:
     TP communication only when it is timed in-process, never by an upstream binary)."""
     from llmservingsim.perf_model import BatchShape
     from llmservingsim.step_timer import StepTimer
-    timer = b.timer
-    comm = timer.comm
-    if comm is not None and hasattr(comm, "inner"):      # an upstream binary: time its in-process twin
-        timer = StepTimer(timer.perf, comm.inner, timer.framework)
-    else:
-        timer = StepTimer(timer.perf, comm, timer.framework)    # a fresh memo: the run's timer stays untouched
+    # a fresh memo (the run's timer stays untouched); an upstream binary's in-process twin
+    comm = getattr(b.timer.comm, "inner", b.timer.comm)
+    timer = StepTimer(b.timer.perf, comm, b.timer.framework)
     n, ctx, t = REF_DECODES, REF_DECODE_CTX, REF_PREFILL_TOKENS
     decode = timer.time_shape(BatchShape(0, 0.0, 0, n, n * (ctx + 1), ctx + 1, ctx + 1)).total_ns
     prefill = timer.time_shape(BatchShape(t, 0.0, 1, 0, 0, 0, 0)).total_ns
@@ -269,9 +264,8 @@ def placement_of(specs: list, built: list) -> list:
 
 def check_disaggregation(specs: list, built: list, places: list) -> None:
     """The invariants a KV transfer between instances needs (module docstring)."""
-    ends = [(s, b, p) for s, b, p in zip(specs, built, places)]
-    node = places[0]["node"]
-    for s, b, p in ends:
+    node, tp0 = places[0]["node"], built[0].tp
+    for s, b, p in zip(specs, built, places):
         where = s.key_prefix or "instances."
         if b.pp != 1:
             raise ConfigError("prefill/decode roles need pp = 1 on every instance (a pipeline's KV transfer "
@@ -279,7 +273,6 @@ def check_disaggregation(specs: list, built: list, places: list) -> None:
         if b.model.name != built[0].model.name:
             raise ConfigError(f"prefill/decode roles need one model on every instance ({b.model.name} vs "
                               f"{built[0].model.name}): the KV moves between them", key=where + "model")
-        tp0 = built[0].tp
         if max(b.tp, tp0) % min(b.tp, tp0):
             raise ConfigError(f"tp {b.tp} and instance 0's tp {tp0}: with prefill/decode roles one TP size must "
                               "divide the other (vLLM's NIXL connector maps KV heads between them)",

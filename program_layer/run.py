@@ -110,6 +110,14 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
             cfg["workload"]["seed"] = seed
     policies = {axis: load_policy(axis, cfg["policies"][axis], base_dir=base)
                 for axis in ("retention", "scheduling", "routing")}
+    # what needs only the config is refused before any bundle loads (one may take seconds)
+    par = cfg["parallelism"]
+    if is_list(cfg) and cfg.get("cluster") is not None:
+        raise ConfigError("cluster (nodes, placement) with a list of instances is not modelled: list "
+                          "instances are packed into nodes in order", key="cluster")
+    if cfg.get("kv_tiers") is not None and (is_list(cfg) or par["pp"] > 1 or par["dp"] > 1):
+        raise ConfigError("KV tiers with pipeline or data parallelism, or with a list of instances, are "
+                          "not modelled (kv_tiers needs instances: N with pp: 1 and dp: 1)", key="kv_tiers")
     specs = expand_instances(cfg)
     dispatch = DispatchPlane(policies["routing"], policies["scheduling"], len(specs))
     placed: list = []
@@ -132,9 +140,6 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
             b0.timer = timers[0]
             b0.facts = facts_of(b0)
     else:                   # heterogeneous / role-split: each instance on one node (instances.py)
-        if cfg.get("cluster") is not None:
-            raise ConfigError("cluster (nodes, placement) with a list of instances is not modelled: list "
-                              "instances are packed into nodes in order", key="cluster")
         placements = None
         timers = [b.timer for b in built]
     timer = timers[0]
@@ -171,9 +176,6 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
     if pp > 1 and trace_steps:
         record_batches(cluster, metrics)
     if cfg.get("kv_tiers") is not None:         # CPU / CXL KV tiers (docs/kv-tiers.md)
-        if pp > 1 or dp > 1 or is_list(cfg):
-            raise ConfigError("KV tiers with pipeline or data parallelism, or with a list of instances, are "
-                              "not modelled (kv_tiers needs instances: N with pp: 1 and dp: 1)", key="kv_tiers")
         from .tier_outputs import attach_cluster_tiers
         attach_cluster_tiers(cluster, cfg["kv_tiers"], device, mem, tp * pp, hooks)
     cluster_setup(specs, built, cluster, dispatch)      # roles, the routing facts (program_layer/instances.py)
@@ -346,20 +348,19 @@ def write_outputs(sim: Simulation, out_dir: Path, trace_steps: Optional[Path] = 
     cols = ["time_s", "instance", "running", "waiting", "kv_utilization", "memory_used_gib",
             "prompt_tokens_per_s", "generation_tokens_per_s", "busy_fraction", "power_w"]
     outputs.write_csv(out_dir / "timeseries.csv", cols, ts)
-    if trace_steps is not None and sim.metrics.trace_rows is not None and sim.dpep is not None \
-            and sim.dpep.trace_extra is not None:      # lockstep steps: their comm broken down
-        from llmservingsim.dp_build import trace_rows
+    if trace_steps is not None and sim.metrics.trace_rows is not None:
         Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
-        cols, rows = trace_rows(TRACE_COLUMNS, sim.metrics.trace_rows, sim.dpep.trace_extra, fmt_ns)
-        outputs.write_csv(Path(trace_steps), cols, rows, atomic=True)
-    elif trace_steps is not None and sim.metrics.trace_rows is not None:
-        Path(trace_steps).parent.mkdir(parents=True, exist_ok=True)
-        extra = batch_trace(sim.metrics)            # pp > 1: TP vs PP vs inter-node comm per batch
-        cols = TRACE_COLUMNS + list(BATCH_TRACE_COLUMNS) if extra is not None else TRACE_COLUMNS
-        outputs.write_csv(Path(trace_steps), cols, (
-            dict(zip(cols, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp),
-                            fmt_ns(comm), fmt_ns(ovh)) + (tuple(map(fmt_ns, extra[(i, k)])) if extra is not None else ())))
-            for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows), atomic=True)
+        if sim.dpep is not None and sim.dpep.trace_extra is not None:     # lockstep steps: comm broken down
+            from llmservingsim.dp_build import trace_rows
+            cols, rows = trace_rows(TRACE_COLUMNS, sim.metrics.trace_rows, sim.dpep.trace_extra, fmt_ns)
+            outputs.write_csv(Path(trace_steps), cols, rows, atomic=True)
+        else:
+            extra = batch_trace(sim.metrics)        # pp > 1: TP vs PP vs inter-node comm per batch
+            cols = TRACE_COLUMNS + list(BATCH_TRACE_COLUMNS) if extra is not None else TRACE_COLUMNS
+            outputs.write_csv(Path(trace_steps), cols, (
+                dict(zip(cols, (i, k, fmt_ns(start), fmt_ns(dur), npf, pt, nd, ns, fmt_ns(comp), fmt_ns(comm),
+                                fmt_ns(ovh)) + (tuple(map(fmt_ns, extra[(i, k)])) if extra is not None else ())))
+                for (i, k, start, dur, npf, pt, nd, ns, comp, comm, ovh) in sim.metrics.trace_rows), atomic=True)
     summary = summarize(sim, calls, progs)
     if sim.dpep is not None:
         summary["data_parallel"] = sim.dpep.summary()
