@@ -289,14 +289,13 @@ def read_workload(prefix, npus_count: Optional[int] = None, *,
         path = rank_file(prefix, rank)
         if npus_count is None and not os.path.exists(path):
             break
-        if share_identical:
-            data = _read_bytes(path)
-            nodes = decoded.get(data)
-            if nodes is None:
-                nodes = decoded[data] = decode_et(data, path)[1]
-            out.append(nodes)
-        else:
-            out.append(read_et(path)[1])
+        data = _read_bytes(path)
+        nodes = decoded.get(data) if share_identical else None
+        if nodes is None:
+            nodes = decode_et(data, path)[1]
+            if share_identical:
+                decoded[data] = nodes
+        out.append(nodes)
         rank += 1
     if not out:
         raise WorkloadError("no workload files found (expected <prefix>.0.et)", file=rank_file(prefix, 0))

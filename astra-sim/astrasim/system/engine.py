@@ -39,7 +39,12 @@ from ..chakra.schema import Node, NodeType
 from ..config.memory import RemoteMemoryConfig
 from ..config.system import SystemConfig
 from ..errors import StuckError, WorkloadError
+from ..collectives.planner import CollectivePlanner
+from ..network.base import NetworkBackend
+from .workload import (OP_COLL, OP_COMPUTE, OP_MEM, OP_RECV, OP_REPLAY, OP_SEND, OP_SKIP,
+                       SLOT_COMP, SLOT_NONE, RankGraph, build_rank_graph, coll_kind)
 
+_COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
 
 #: remote memories one rank's accesses delay another's on (they break the symmetry)
 SHARED_MEMORIES = ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION")
@@ -47,12 +52,6 @@ SHARED_MEMORIES = ("MEMORY_POOL", "PER_NODE_MEMORY_EXPANSION")
 
 class NotSymmetric(Exception):
     """An exact symmetric run met something that identical ranks do not do in lockstep."""
-from ..collectives.planner import CollectivePlanner
-from ..network.base import NetworkBackend
-from .workload import (OP_COLL, OP_COMPUTE, OP_MEM, OP_RECV, OP_REPLAY, OP_SEND, OP_SKIP,
-                       SLOT_COMP, SLOT_NONE, RankGraph, build_rank_graph, coll_kind)
-
-_COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
 
 
 @dataclass(frozen=True, slots=True)
