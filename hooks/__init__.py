@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Optional, Protocol
 
 __all__ = [
-    "CallInfo", "KVEntryInfo", "RetentionDecision", "RELEASE", "EVICT", "NONE",
+    "CallInfo", "KVEntryInfo", "RetentionDecision", "RELEASE", "EVICT", "NONE", "RETAINING_KINDS",
     "PriorityHook", "RetentionHook", "VictimProtectionHook", "ResidencyHook", "Hooks",
     "default_eviction_key",
 ]
@@ -73,6 +73,8 @@ class RetentionDecision:
 RELEASE = RetentionDecision("release")
 EVICT = RetentionDecision("evict")
 NONE = RetentionDecision("none")       # on arrival: leave any entry as it is
+#: the decision kinds that keep a program's KV until a deadline (GPU memory or a lower tier)
+RETAINING_KINDS = frozenset(("protect", "offload"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,8 +132,7 @@ class Disaggregation:
         # D publishes the received blocks; prompt - 1 tokens count as computed (the last
         # one is recomputed for its logits) and the leg waits at the front of the queue
         cluster.instances[pd.decode_instance].finished_recving(pd.decode, pd.decode.prompt_len - 1, False)
-        if p.current is None and p.scheduler.has_work():
-            p._start(now)
+        p.wake()
 
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from hooks import CallInfo, Hooks
+from hooks import CallInfo, Hooks, RETAINING_KINDS
 
 from .errors import StuckError
 from .fast_forward import try_fast_forward
@@ -150,7 +150,11 @@ class Instance:
     def finished_recving(self, req: Request, num_computed: int, ahead_of_queue: bool) -> None:
         """A source's transfer for ``req`` landed: publish, re-queue it, wake the engine."""
         self.scheduler.finished_recving(req, num_computed, ahead_of_queue)
-        if self.current is None:
+        self.wake()
+
+    def wake(self) -> None:
+        """An idle engine with work (a request landed, blocks came free) takes its next step."""
+        if self.current is None and self.scheduler.has_work():
             self._start(self.loop.now)
 
     def _finish(self, req: Request, now: int) -> None:
@@ -160,7 +164,7 @@ class Instance:
         decision = None
         if self.hooks.retention is not None:
             decision = self.hooks.retention.on_complete(self.call_info(req), now, self.kv.usage())
-            if decision.kind in ("protect", "offload") and decision.deadline_ns > now:
+            if decision.kind in RETAINING_KINDS and decision.deadline_ns > now:
                 self.release_owner_entries(req.owner, self.index, False)
         seq = self.kv.finish(req, decision, now)
         if seq is not None:         # protection lapses at the deadline (an event: policies see it)

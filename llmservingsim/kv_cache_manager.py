@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from hooks import Hooks, KVEntryInfo, RetentionDecision, default_eviction_key
+from hooks import Hooks, KVEntryInfo, RETAINING_KINDS, RetentionDecision, default_eviction_key
 
 from .block_pool import BlockPool, KVBlock
 from .request import Request
@@ -231,7 +231,7 @@ class KVCacheManager:
         """Apply a completed request's retention decision to its blocks. Returns the new
         entry's sequence number when it protected them (the caller schedules its expiry)."""
         if decision is None or decision.kind in ("release", "none") or (
-                decision.kind in ("protect", "offload") and decision.deadline_ns <= now_ns):
+                decision.kind in RETAINING_KINDS and decision.deadline_ns <= now_ns):
             self.free(req)
             return
         if decision.kind == "offload":      # kv_tiers: the GPU blocks are released (cached

@@ -165,10 +165,7 @@ class Scheduler:
                         continue
                 if not kv.allocate_slots(req, num_new, hits, num_hit):
                     break
-                if landed and req is landed[0]:
-                    landed.popleft()
-                else:
-                    waiting.pop()
+                self._pop_head(req)
                 running.append(req)
                 req.status = RequestStatus.RUNNING
                 req.num_computed_tokens += num_hit
@@ -183,6 +180,14 @@ class Scheduler:
         out.num_tokens = cfg.max_num_batched_tokens - budget
         return out
 
+    def _pop_head(self, req: Request) -> None:
+        """Take the admission head ``req`` off its queue: landed remote-KV requests first."""
+        landed = self.landed
+        if landed and req is landed[0]:
+            landed.popleft()
+        else:
+            self.waiting.pop()
+
     def _wait_for_remote_kvs(self, req: Request, hits: list, num_hit: int, out: SchedulerOutput):
         """The admission head may take KV from a source (llmservingsim/remote_kv.py): the
         first source that matches tokens past its local hit gets it blocks for the hit and
@@ -195,11 +200,7 @@ class Scheduler:
                 continue
             if not self.kv.allocate_slots(req, num_external, hits, num_hit, publish=False):
                 return None
-            landed = self.landed
-            if landed and req is landed[0]:
-                landed.popleft()
-            else:
-                self.waiting.pop()
+            self._pop_head(req)
             req.status = RequestStatus.WAITING_FOR_REMOTE_KVS
             self.num_receiving += 1
             src.update_state_after_alloc(req, hits, num_hit, num_external)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from hooks import EVICT, NONE, RELEASE, KVEntryInfo, RetentionDecision, default_eviction_key
+from hooks import EVICT, KVEntryInfo, NONE, RELEASE, RETAINING_KINDS, RetentionDecision, default_eviction_key
 
 from .policies.checks import InvalidDecision, as_finite, policy_failure
 from .gaps import ReadOnly
@@ -83,7 +83,7 @@ class RetentionPlane:
             decision = to_engine_decision(raw, now_ns)
         except BaseException as exc:
             raise policy_failure(exc, "retention", self.policy, view, now_ns, "on_turn_arrival") from exc
-        return NONE if decision.kind in ("protect", "offload") else decision
+        return NONE if decision.kind in RETAINING_KINDS else decision
 
     def eviction_key(self, entry: KVEntryInfo, program: Optional[PCBView],
                      now_ns: int) -> tuple:
@@ -116,7 +116,7 @@ def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
             raise InvalidDecision(f"returned {raw!r}; expected ('protect', until[, value]), "
                                   f"('offload', until[, value]), 'release', 'evict' or 'none'")
         return decision
-    if isinstance(raw, (tuple, list)) and len(raw) in (2, 3) and raw[0] in ("protect", "offload"):
+    if isinstance(raw, (tuple, list)) and len(raw) in (2, 3) and raw[0] in RETAINING_KINDS:
         kind = raw[0]
         until = as_finite(raw[1], f"{kind} deadline 'until'")
         if until < 0:
