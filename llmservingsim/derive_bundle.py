@@ -119,14 +119,14 @@ def fit_source(model: ModelSpec, tables: list[_Table], m: int, bandwidth_gbs: fl
             for c, (ops, ws, ts) in sorted(groups.items())}
 
 
-def check_tp(spec: ModelSpec, tp: int) -> None:
+def check_tp(spec: ModelSpec, tp: int, key: str = "tp") -> None:
     """A TP degree vLLM accepts for this model (heads divisible by it, KV heads divisible by it
-    or it by them), else a ConfigError on key ``tp``."""
+    or it by them), else a ConfigError on ``key`` (the caller's name for the TP degree)."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ConfigError(f"--tp must be an integer >= 1, got {tp!r}", key="tp")
+        raise ConfigError(f"--tp must be an integer >= 1, got {tp!r}", key=key)
     if spec.num_heads % tp or (spec.num_kv_heads % tp and tp % spec.num_kv_heads):
         raise ConfigError(f"{spec.name} has {spec.num_heads} attention heads and {spec.num_kv_heads} KV "
-                          f"heads; TP={tp} does not divide them (vLLM requires it)", key="tp")
+                          f"heads; TP={tp} does not divide them (vLLM requires it)", key=key)
 
 
 def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None,
@@ -201,10 +201,7 @@ def load_or_derive(hardware: str, model: str, tp: int, variant: str = "bf16",
     if not measured_tps(base):
         from .synthesize_bundle import load_synthesized
         spec = spec or load_model(model)
-        try:
-            check_tp(spec, tp)
-        except ConfigError as exc:
-            raise ConfigError(exc.message, key=tp_key) from None
+        check_tp(spec, tp, key=tp_key)
         return load_synthesized(device or load_device(hardware), spec, tp, base / f"tp{tp}")
     key = (str(base), tp)
     if key not in _DERIVED:

@@ -40,8 +40,8 @@ from typing import Iterable, Optional
 from .errors import ProfileError, iter_lines, load_yaml
 from .hardware import Device, load_device
 from .model_config import ModelSpec, load_model
-from .op_cost import Roofline, Work, attention_work, dense_work, fit_roofline, moe_work, per_sequence_work, \
-    size_weights
+from .op_cost import (Roofline, Work, attention_work, dense_work, fit_roofline, moe_work, op_class,
+                      per_sequence_work, size_weights)
 from .paths import hardware_dir, profiles_dir
 
 # gemm: the projections and lm_head; elementwise: norms, activation, rotary, embedding gather;
@@ -80,14 +80,14 @@ class EfficiencyFit:
 
 
 def op_synth_class(op: str) -> str:
-    """The class of a dense / per-sequence op (attention and MoE are classed by their tables)."""
-    if op in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"):
-        return "gemm"
+    """The class of a dense / per-sequence op (attention and MoE are classed by their tables):
+    ``op_cost.op_class``, but the sampler is a class of its own (it is many small kernels)."""
     if op == "sampler":
         return "sampler"
-    if op in ("act_fn", "rotary_emb", "qk_norm", "layernorm", "final_layernorm", "embedding"):
-        return "elementwise"
-    raise KeyError(op)
+    c = op_class(op)
+    if c not in ("gemm", "elementwise"):
+        raise KeyError(op)
+    return c
 
 
 def _sparse(x: float) -> bool:

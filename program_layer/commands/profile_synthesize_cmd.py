@@ -23,16 +23,12 @@ def main(args: argparse.Namespace) -> int:
 
     from llmservingsim.derive_bundle import check_tp
     from llmservingsim.device_efficiency import load_fit
-    from llmservingsim.errors import ConfigError
     from llmservingsim.hardware import load_device
     from llmservingsim.model_config import load_model
     from llmservingsim.synthesize_bundle import synthesize
 
     device, model = load_device(args.hardware), load_model(args.model)
-    try:
-        check_tp(model, args.tp)
-    except ConfigError as exc:
-        raise ConfigError(exc.message, key="--tp") from None
+    check_tp(model, args.tp, key="--tp")
     fit = load_fit(Path(args.fit)) if args.fit else None
     folder = Path(args.out) / device.name / model.name / "bf16" / f"tp{args.tp}"
     print(synthesize(device, model, args.tp, folder, fit=fit))
