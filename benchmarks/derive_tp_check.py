@@ -31,7 +31,7 @@ from llmservingsim.model_config import load_model
 from llmservingsim.op_cost import UNSHARDED
 from llmservingsim.paths import profiles_dir
 from llmservingsim.perf_model import PerformanceModel, batch_shape
-from llmservingsim.profiles import _CACHE, load_bundle
+from llmservingsim.profiles import load_bundle
 
 PAIRS = [("RTXPRO6000", "meta-llama/Llama-3.1-8B"), ("RTXPRO6000", "meta-llama/Llama-3.1-70B"),
          ("RTXPRO6000", "Qwen/Qwen3-32B"), ("RTXPRO6000", "Qwen/Qwen3-30B-A3B-Instruct-2507")]
@@ -98,8 +98,7 @@ def step_shapes():
 
 
 def step_errors(model, derived_root: Path, hw: str, name: str, tp: int) -> np.ndarray:
-    _CACHE.clear()
-    pd = PerformanceModel(model, load_bundle(hw, name, tp, root=derived_root))
+    pd = PerformanceModel(model, load_bundle(hw, name, tp, root=derived_root, cache=False))
     pm = PerformanceModel(model, load_bundle(hw, name, tp))
     return np.array([abs(pd.compute_us(s) / pm.compute_us(s) - 1) for s in step_shapes()])
 
@@ -157,9 +156,8 @@ def b200_bound(scratch: Path) -> list[str]:
             old_derive(dst / "tp1", old_root / hw / name / "bf16" / f"tp{tp}", tp)
         comm = 2 * model.num_layers * dev.allreduce_ns(model.hidden_size * model.dtype_bytes, tp) / 1000.0
         bound = model.weight_bytes_per_rank(tp) / (dev.memory_bandwidth_gbs * 1e3) + comm
-        _CACHE.clear()
-        new = PerformanceModel(model, load_bundle(hw, name, tp, root=root)).compute_us(shape) + comm
-        old = PerformanceModel(model, load_bundle(hw, name, tp, root=old_root)).compute_us(shape) + comm
+        new = PerformanceModel(model, load_bundle(hw, name, tp, root=root, cache=False)).compute_us(shape) + comm
+        old = PerformanceModel(model, load_bundle(hw, name, tp, root=old_root, cache=False)).compute_us(shape) + comm
         src = "measured" if tp == 1 else "derived from tp1"
         lines.append(f"| {tp} | {src} | {bound:.1f} | {old:.1f} | {old / bound:.2f} | {new:.1f} | {new / bound:.2f} |")
     return lines

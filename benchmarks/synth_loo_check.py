@@ -24,17 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from derive_tp_check import DECODE_CTX, DECODE_N, PREFILL, _pct    # the same step grid and error summary
 from llmservingsim.device_efficiency import CLASSES, fit_efficiency, measured_bundles
 from llmservingsim.hardware import load_device
 from llmservingsim.model_config import load_model
 from llmservingsim.perf_model import PerformanceModel, batch_shape
 from llmservingsim.profiles import load_bundle
 from llmservingsim.synthesize_bundle import synthesize
-
-DECODE_N = [2 ** i for i in range(9)]                 # 1 .. 256
-DECODE_CTX = [512 * 2 ** i for i in range(7)]         # 512 .. 32768
-PREFILL = [128 * 2 ** i for i in range(7)]            # 128 .. 8192
-
 
 def shapes(bundle):
     """The grid's steps inside what ``bundle`` measured: decode contexts up to its largest
@@ -47,10 +43,6 @@ def shapes(bundle):
     dec = [batch_shape([], [ctx] * n) for n in DECODE_N for ctx in DECODE_CTX if ctx + 1 <= kv]
     pre = [batch_shape([(c, 0)], []) for c in PREFILL if c <= min(toks, chunk)]
     return dec, pre
-
-
-def _pct(x: np.ndarray) -> str:
-    return f"{100 * np.median(x):.1f} / {100 * np.percentile(x, 90):.1f}"
 
 
 def tp_scaling(tmp: Path) -> list[str]:
