@@ -86,11 +86,7 @@ class LockstepTimer:
         """(compute, tp comm, ep all-gather, ep reduce-scatter, overhead) of one rank in ns."""
         t, perf = self.timer, self.timer.perf
         T = shape.num_tokens
-        if t.pp == 1:
-            cu = perf.compute_us(shape)
-        else:
-            once = perf.once_us(shape)
-            cu = t.pp * (perf.compute_us(shape) - once) + once
+        cu = perf.compute_us(shape)     # lockstep servers have pp = 1 (MoE dp x pp is refused)
         if dummy:                   # a dummy forward computes no logits and samples nothing
             cu -= perf.per_sequence_us(shape.num_seqs)
         # the bundle's MoE at the rank's own tokens, replaced by the rank's share of the gathered tokens
