@@ -138,7 +138,6 @@ class TierStore:
         self.pins: dict[int, TierPin] = {}
         self.stats = TierStats()
         self.eviction_key: Optional[Callable] = None    # victim-protection hook, or None
-        self.clock: Callable[[], int] = lambda: 0
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -294,11 +293,8 @@ class InstanceTiers:
         self.loading: dict[int, _Load] = {}     # request id -> load in flight
         self._matched: list = []                # the last match's [(store, hashes)]
         self.calls: dict[int, CallTierStats] = {}
-        self.hooks = hooks
         self._pin_seq = 0
-        clock = lambda: inst.loop.now
         for s in stores:
-            s.clock = clock
             vp = getattr(hooks, "victim_protection", None) if hooks is not None else None
             s.eviction_key = vp.eviction_key if vp is not None else None
 
@@ -367,7 +363,7 @@ class InstanceTiers:
         computed tokens, e.g. a landed load, looks up nothing)."""
         if req.num_computed_tokens:
             return None
-        parts = self.lookup(req, len(hits), self.kv._clock())
+        parts = self.lookup(req, len(hits), self.inst.loop.now)
         if not parts:
             self.admitted(req)
             return None
