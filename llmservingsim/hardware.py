@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import lru_cache
 from math import floor
 from pathlib import Path
@@ -33,7 +32,7 @@ from llmservingsim.errors import ConfigError, ProfileError, finite_number, load_
 from llmservingsim.paths import hardware_dir
 
 # ASTRA-Sim converts a network bandwidth in "GB/s" as bw * 2^30 / 1e9 bytes per ns.
-_GIB_PER_GB = Fraction(2 ** 30, 10 ** 9)
+_GIB_PER_GB = (2 ** 30, 10 ** 9)     # exact; fractions is imported where it is used
 # Link traversals per message: ring neighbours and fully-connected peers are one hop away,
 # a switch puts two links (NPU -> switch -> NPU) on every path.
 HOPS = {"Ring": 1, "FullyConnected": 1, "Switch": 2}
@@ -173,8 +172,9 @@ def ring_allreduce_ns(size_bytes: int, n: int, bandwidth_gbs: float, latency_ns:
         raise ValueError("bandwidth and local-mem-bw must be > 0, latency and endpoint delay >= 0")
     if n == 1:
         return 0
+    from fractions import Fraction
     m = Fraction(size_bytes // splits // n)
-    link = Fraction(bandwidth_gbs) * _GIB_PER_GB
+    link = Fraction(bandwidth_gbs) * Fraction(*_GIB_PER_GB)
     per_step = floor(hops * Fraction(latency_ns) + m / link)
     reduce_step = floor(m / Fraction(local_mem_bw_gbs))
     total = (2 * (n - 1) * per_step + (n - 1) * 3 * reduce_step
@@ -195,7 +195,7 @@ def fit_link_bandwidth_gbs(busbw_gbs: float, local_mem_bw_gbs: float) -> float:
     inv = 1 / busbw_gbs - 1.5 / local_mem_bw_gbs
     if inv <= 0:
         raise ValueError("local-mem-bw too small to reach that bus bandwidth")
-    return 1 / inv / float(_GIB_PER_GB)
+    return 1 / inv / (_GIB_PER_GB[0] / _GIB_PER_GB[1])
 
 
 # ---------------------------------------------------------------- loading

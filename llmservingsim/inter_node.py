@@ -18,15 +18,14 @@ the way is an intra-node hop NCCL pipelines behind the network transfer (PXN), n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 from .errors import ProfileError
 
 INTER_NODE_KEYS = ("fabric", "topology", "nic_gbps", "latency_ns")
 _TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
-# ASTRA-Sim reads a bandwidth of X "GB/s" as X * 2^30 / 1e9 bytes per ns
-_GIB_PER_GB = Fraction(2 ** 30, 10 ** 9)
+# ASTRA-Sim reads a bandwidth of X "GB/s" as X * 2^30 / 1e9 bytes per ns (the float nearest the ratio)
+_GIB_PER_GB = 2 ** 30 / 10 ** 9
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class InterNode:
     @property
     def bandwidth_gbs(self) -> float:
         """The NIC line rate as an ASTRA-Sim network ``bandwidth`` (its "GB/s" unit)."""
-        return round(self.nic_gbps / 8 / float(_GIB_PER_GB), 3)
+        return round(self.nic_gbps / 8 / _GIB_PER_GB, 3)
 
 
 def parse_inter_node(raw, path: Path) -> InterNode:

@@ -10,7 +10,6 @@ Every mistake raises ``ConfigError`` with key ``policies.<axis>``.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -186,6 +185,7 @@ def _exec_file(path: Path, key: str):
     path = path.resolve()
     if not path.is_file():
         raise ConfigError(f"policy file not found: {path}", key=key)
+    import hashlib
     mod_name = "_agentservesim_policy_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
