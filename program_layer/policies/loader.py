@@ -137,6 +137,8 @@ def _split_spec(spec: Any, axis: str, key: str) -> tuple[str, dict]:
 
 
 def _checked_params(cls: type, params: dict, key: str) -> dict:
+    if not params:          # nothing to check (and a class without __init__ would have inspect
+        return params       # parse object.__init__'s text signature, compiling tokenize's regexes)
     sig = inspect.signature(cls.__init__)
     allowed = [n for n, p in sig.parameters.items() if n != "self" and p.kind in (
         p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
