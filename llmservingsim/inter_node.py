@@ -30,6 +30,7 @@ _GIB_PER_GB = 2 ** 30 / 10 ** 9
 
 @dataclass(frozen=True)
 class InterNode:
+    """The network between nodes: fabric, topology, NIC line rate (Gb/s) and latency."""
     fabric: str
     topology: str
     nic_gbps: float

@@ -34,6 +34,7 @@ class AttentionTables:
 
 @dataclass
 class SkewFit:
+    """The profiler's correction for uneven decode lengths: alpha per bucket, else ``alpha_default``."""
     alpha_default: float
     table: dict            # (pc, n_label, sr_label, kvb_label, kp_label) -> alpha
     n_bins: list
@@ -49,6 +50,7 @@ class SkewFit:
 
 @dataclass
 class ProfileBundle:
+    """One device, model and TP degree's measured op times, as interpolation tables."""
     path: Path
     tp: int
     meta: dict

@@ -41,6 +41,7 @@ from .workload_io import load_workload
 
 @dataclass
 class Simulation:
+    """A built simulation: the engine, the Orchestrator and what its outputs are computed from."""
     cfg: dict
     engine: dict
     cluster: Cluster
