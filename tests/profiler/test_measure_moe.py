@@ -155,13 +155,8 @@ def test_cpu_moe_bundle_has_moe_csv_on_the_tiny_grid_and_loads(measured):
     assert any("expert load" in x for x in rec1["not_measured"])
 
 
-def test_agentservesim_run_accepts_the_measured_moe_bundle(measured, tmp_path):
-    from program_layer.cli import main
+def test_agentservesim_run_accepts_the_measured_moe_bundle(measured, run_on_bundle):
     tmp, cfg, root = measured
-    config = tmp_path / "cfg.yaml"
-    config.write_text(f"model: {cfg}\nhardware: RTX4090\nparallelism: {{tp: 2}}\nprofiles: {root}\n"
-                      "workload: {generator: bfcl, programs: 2, rate_jps: 1.0, seed: 0}\nseed: 0\n")
-    assert main(["run", str(config), "--quiet", "--out", str(tmp_path / "out")]) == 0
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    summary = run_on_bundle(cfg, root, 2)
     assert summary["bundle"] == {"path": "RTX4090/test/TinyMoE-2L/bf16/tp2", "provenance": "measured"}
     assert summary["programs"] == 2
