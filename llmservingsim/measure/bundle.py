@@ -86,17 +86,17 @@ def measure_bundle(model: ModelSpec, tp: int, out_root: Path, hardware: str, dev
     rows = [(c, k, 0, 0, t) for c, k, t in pre] + [(0, 0, n, k, t) for n, k, t in dec]
     rows += [(c, k, n, kd, tp_ + td) for c, k, tp_ in pre for n, kd, td in dec]
     _write(staging / "attention.csv", ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"), rows)
-    moe_record = None
+    moe_record, moe_points = None, None
     if model.is_moe:
         layer = MoELayer(shapes, device)
+        moe_points = grid.moe_points(shapes.num_experts, shapes.top_k)
         _write(staging / "moe.csv", ("tokens", "activated_experts", "time_us"),
-               _sweep(progress, "moe.csv", grid.moe_points(shapes.num_experts, shapes.top_k),
-                      lambda t, a: timer.measure("moe", layer(t, a))))
+               _sweep(progress, "moe.csv", moe_points, lambda t, a: timer.measure("moe", layer(t, a))))
         moe_record = {"routing": "router GEMM, softmax top-k (renormalised weights); expert ids from the "
                                  "balanced assignment pair t*k+j -> expert (t*k+j) mod activated_experts",
                       "grouped_gemm": layer.gemm}
     record = {"profiled_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": command, "grid": grid.describe(moe=model.is_moe), "rank_shapes": shapes.describe(),
+              "command": command, "grid": grid.describe(moe_points), "rank_shapes": shapes.describe(),
               "attention_backend": attn.backend,
               "attention_mixed": "sum of the measured prefill-only and decode-only times (the backend runs "
                                  "a mixed batch as two kernels)",

@@ -20,6 +20,7 @@ and every decode has at least ``kv[1]`` tokens of KV, as in the shipped grids.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 def _steps(*spans: tuple[int, int, int]) -> tuple[int, ...]:
@@ -66,13 +67,14 @@ class Grid:
             tokens.append(tokens[-1] * 2)
         return [(t, a) for t in tokens for a in axis if a <= t * k]
 
-    def describe(self, moe: bool = False) -> dict:
-        """The grid as meta.yaml records it (``moe``: with the moe.csv token axis)."""
+    def describe(self, moe_points: Optional[list[tuple[int, int]]] = None) -> dict:
+        """The grid as meta.yaml records it, with the moe.csv axes of ``moe_points``."""
         out = {"name": self.name, "tokens": _span(self.tokens), "sequences": _span(self.sequences),
                "chunks": "0, " + _span(self.chunks), "n_decode": "0, " + _span(self.n_decode),
                "kv": _span(self.kv)}
-        if moe:
-            out["moe_tokens"] = _span(self.moe_tokens)
+        if moe_points:
+            out["moe_tokens"] = _span(tuple(sorted({t for t, _ in moe_points})))
+            out["moe_activated_experts"] = _span(tuple(sorted({a for _, a in moe_points})))
         return out
 
 

@@ -152,6 +152,7 @@ def test_cpu_moe_bundle_has_moe_csv_on_the_tiny_grid_and_loads(measured):
     assert "intermediate" not in rec1["rank_shapes"]
     assert rec1["moe"]["grouped_gemm"] == "torch._grouped_mm"        # torch 2.14 runs it on CPU
     assert "mod activated_experts" in rec1["moe"]["routing"] and rec1["grid"]["moe_tokens"] == "1, 2, 4, 8"
+    assert rec1["grid"]["moe_activated_experts"] == "2, 4, 8"
     assert any("expert load" in x for x in rec1["not_measured"])
 
 
