@@ -156,6 +156,7 @@ def derivation(hardware: str, model: str, tp: int, variant: str = "bf16", root: 
     A measured tp<tp> is never replaced (ProfileError)."""
     spec = spec or load_model(model)
     check_tp(spec, tp)
+    device = device or load_device(hardware)
     base = Path(root or profiles_dir()) / hardware / model / variant
     measured = measured_tps(base)
     if not measured:
@@ -166,7 +167,6 @@ def derivation(hardware: str, model: str, tp: int, variant: str = "bf16", root: 
     m = nearest_measured(measured, tp) if from_tp is None else from_tp
     if m not in measured:
         raise ProfileError(f"tp{m} is not a measured bundle (measured: {measured})", file=str(base / f"tp{m}"))
-    device = device or load_device(hardware)
     src = base / f"tp{m}"
     read = [_read(src / name, spec, m) for name in TABLES if (src / name).exists()]
     tables = [t for t, _ in read]
