@@ -19,6 +19,11 @@ Invariants
 - Blocks are created on first use (``FreeBlockQueue.fresh``): a pool costs O(1) until its
   blocks are needed, so idle instances of a large cluster cost almost nothing, with the same
   order and results as a pool whose blocks all exist from the start.
+- A hash's primary block changes only when that block's content is dropped (``cached[h]``
+  is otherwise only added by a publish). ``PrefixMemo`` builds on that: a token stream's
+  memo lists the primaries of its leading hashes, and every drop of one of them cuts the
+  memo back (through the block's ``memo`` / ``memo_pos`` back-pointer), so a prefix lookup
+  reads the memo instead of looking its hashes up again, with the same result.
 """
 from __future__ import annotations
 
@@ -28,13 +33,10 @@ from typing import Callable, Iterable, Optional
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
 COMPACT_SLACK = 1024
-# content drops a pool remembers (BlockPool.dropped_since: a prefix lookup stays valid while
-# none of its blocks was dropped)
-DROP_LOG_LENGTH = 8192
 
 
 class KVBlock:
-    __slots__ = ("block_id", "ref_cnt", "entry_refs", "block_hash", "free_run")
+    __slots__ = ("block_id", "ref_cnt", "entry_refs", "block_hash", "free_run", "memo", "memo_pos")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
@@ -42,6 +44,8 @@ class KVBlock:
         self.entry_refs = 0     # of ref_cnt, the references retained entries hold
         self.block_hash: Optional[int] = None
         self.free_run: Optional["_Run"] = None   # only touched by FreeBlockQueue
+        self.memo: Optional["PrefixMemo"] = None  # the memo that last listed it, at memo_pos
+        self.memo_pos = 0
 
     def __repr__(self) -> str:
         return f"KVBlock({self.block_id}, ref={self.ref_cnt}, hash={'y' if self.block_hash is not None else 'n'})"
@@ -208,11 +212,30 @@ class FreeBlockQueue:
         self._places = places
 
 
+class PrefixMemo:
+    """What one token stream's leading block hashes resolve to in one pool, kept so that a
+    prefix lookup (every admission check of a waiting request, and each call of a program,
+    whose prompt extends the context its previous call published) need not look them up again.
+
+    Invariant: for every ``i < valid``, ``blocks[i]`` is ``cached[hashes[i]]`` (the primary
+    of the stream's i-th hash), ``blocks[i].memo is self`` and ``blocks[i].memo_pos == i``;
+    places from ``valid`` on are stale. ``hashes`` is the stream's hash chain (read by checks
+    only). The pool keeps this true at the only events that can break it: a listed block's
+    content is dropped (``valid`` is cut back to its place: a hash's primary changes only when
+    it is dropped), and another memo lists the block (it is first cut out of this one)."""
+    __slots__ = ("blocks", "valid", "hashes")
+
+    def __init__(self, hashes: list):
+        self.blocks: list[KVBlock] = []
+        self.valid = 0
+        self.hashes = hashes
+
+
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
     __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
-                 "null_block", "drop_epoch", "free_epoch", "entry_only", "_drop_log")
+                 "null_block", "drop_epoch", "free_epoch", "entry_only")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -225,8 +248,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.null_block = self.free_queue.popleft()
         self.null_block.ref_cnt = 1
-        self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
-        self._drop_log: list[KVBlock] = []      # the blocks of the last len(_drop_log) drops
+        self.drop_epoch = 0     # changes with every batch of content drops
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
         self.entry_only = 0     # blocks only retained entries hold (0 < entry_refs == ref_cnt)
 
@@ -266,10 +288,13 @@ class BlockPool:
         if n > self.free_queue.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.free_queue.num_free} free")
         out = self.free_queue.popleft_n(n)
+        full = []
         for block in out:
-            if block.block_hash is not None:
-                self._drop_content(block)
             block.ref_cnt = 1
+            if block.block_hash is not None:
+                full.append(block)
+        if full:
+            self._drop_contents(full)
         return out
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
@@ -312,92 +337,160 @@ class BlockPool:
         in that order, or, with ``drop_content``, those that had content its front (the
         last freed first, as one ``appendleft`` each would place them)."""
         self.free_epoch += 1
-        delta = 0
-        back = []
-        front = []
-        for block in ordered:
-            r = block.ref_cnt - 1
-            block.ref_cnt = r
-            if pinned:
+        freed = []
+        if pinned:
+            # a block the entry held last was entry-only (ref_cnt == entry_refs == 1); one
+            # that stays held changes ref_cnt and entry_refs alike, so stays what it was
+            for block in ordered:
+                r = block.ref_cnt - 1
+                block.ref_cnt = r
                 block.entry_refs -= 1
-                if r == 0:                  # the entry was its last holder
-                    delta -= 1
-            elif r and r == block.entry_refs:   # entries alone hold it now
-                delta += 1
-            if r == 0:
-                if drop_content and block.block_hash is not None:
-                    self._drop_content(block)
-                    front.append(block)
-                else:
-                    back.append(block)
-        self.entry_only += delta
-        if front:
-            front.reverse()
-            self.free_queue.extendleft(front)
-        self.free_queue.extend(back)
+                if not r:
+                    freed.append(block)
+            self.entry_only -= len(freed)
+        else:
+            delta = 0
+            for block in ordered:
+                r = block.ref_cnt - 1
+                block.ref_cnt = r
+                if not r:
+                    freed.append(block)
+                elif r == block.entry_refs:     # entries alone hold it now
+                    delta += 1
+            self.entry_only += delta
+        if drop_content:
+            front = [b for b in freed if b.block_hash is not None]
+            if front:
+                freed = [b for b in freed if b.block_hash is None]
+                self._drop_contents(front)
+                front.reverse()
+                self.free_queue.extendleft(front)
+        self.free_queue.extend(freed)
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         self.cache_blocks((block,), (block_hash,))
 
-    def cache_blocks(self, blocks: Iterable[KVBlock], hashes: Iterable[int]) -> None:
+    def cache_blocks(self, blocks: Iterable[KVBlock], hashes: Iterable[int],
+                     memo: Optional[PrefixMemo] = None, start: int = 0) -> None:
         """Publish each block under the hash beside it; a block that already has content
-        keeps it."""
+        keeps it. ``memo``: the blocks are its stream's blocks ``start ..``; while they
+        continue its listed prefix as primaries, it lists them (a block without content
+        is in no memo's listed prefix, so none loses it)."""
         if not self.enable_caching:
             return
         setdefault = self.cached.setdefault
+        listing = memo is not None and memo.valid == start
+        if listing:
+            listed = memo.blocks
+            del listed[start:]
+        i = start
         for block, block_hash in zip(blocks, hashes):
             if block.block_hash is not None:
-                continue
-            block.block_hash = block_hash
-            primary = setdefault(block_hash, block)
-            if primary is not block:
-                self.copies.setdefault(block_hash, []).append(block)
-
-    def _log_drop(self, block: KVBlock) -> None:
-        self.drop_epoch += 1
-        log = self._drop_log
-        log.append(block)
-        if len(log) > DROP_LOG_LENGTH:          # older lookups simply look again
-            del log[:len(log) // 2]
-
-    def dropped_since(self, epoch: int) -> Optional[list[KVBlock]]:
-        """The blocks whose content was dropped since ``drop_epoch`` was ``epoch`` (None if
-        that is older than the log keeps)."""
-        back = self.drop_epoch - epoch
-        if back > len(self._drop_log):
-            return None
-        return self._drop_log[len(self._drop_log) - back:]
-
-    def _drop_content(self, block: KVBlock) -> None:
-        self._log_drop(block)
-        h = block.block_hash
-        block.block_hash = None
-        if self.cached.get(h) is block:
-            copies = self.copies.get(h)
-            if copies:
-                self.cached[h] = copies.pop(0)
-                if not copies:
-                    del self.copies[h]
+                listing = False
             else:
-                del self.cached[h]
-        else:
-            copies = self.copies[h]
-            copies.remove(block)
-            if not copies:
-                del self.copies[h]
+                block.block_hash = block_hash
+                primary = setdefault(block_hash, block)
+                if primary is not block:
+                    self.copies.setdefault(block_hash, []).append(block)
+                    listing = False
+                elif listing:
+                    block.memo = memo
+                    block.memo_pos = i
+                    listed.append(block)
+                    memo.valid = i + 1
+            i += 1
+
+    def memo_of(self, stream) -> PrefixMemo:
+        """The stream's memo in this pool (created empty on first use)."""
+        memos = stream.memos
+        if memos is None:
+            memos = stream.memos = {}
+        memo = memos.get(self)
+        if memo is None:
+            memo = memos[self] = PrefixMemo(stream.block_hashes(0))
+        return memo
+
+    def look_up(self, memo: PrefixMemo, hashes: list, n: int) -> list[KVBlock]:
+        """The primaries of ``hashes[memo.valid:n]`` up to the first hash not cached; the
+        memo lists them (up to a block it lists already: a repeated hash ends its prefix)."""
+        k = k0 = memo.valid
+        # the lookups run in C, a chunk at a time (a prompt's cached part is a prefix:
+        # after the first miss nothing is looked up beyond its chunk)
+        get = self.cached.get
+        found: list[KVBlock] = []
+        chunk = 8
+        while k < n:
+            part = list(map(get, hashes[k:min(n, k + chunk)]))
+            if None in part:
+                found.extend(part[:part.index(None)])
+                break
+            found.extend(part)
+            k += len(part)
+            chunk *= 4
+        listed = memo.blocks
+        del listed[k0:]
+        i = k0
+        for block in found:
+            old = block.memo
+            if old is not None:
+                p = block.memo_pos
+                if old is memo:
+                    if p < i and listed[p] is block:
+                        break
+                elif p < old.valid and old.blocks[p] is block:
+                    old.valid = p
+            block.memo = memo
+            block.memo_pos = i
+            listed.append(block)
+            i += 1
+        memo.valid = i
+        return found
+
+    def _drop_contents(self, blocks: list[KVBlock]) -> None:
+        """Unpublish these blocks (each has content): a hash's primary gives its place to the
+        oldest copy; a memo listing one is cut back to its place."""
+        self.drop_epoch += 1
+        cached = self.cached
+        copies = self.copies
+        for block in blocks:
+            h = block.block_hash
+            block.block_hash = None
+            if copies and h in copies:
+                others = copies[h]
+                if cached[h] is block:
+                    cached[h] = others.pop(0)
+                else:
+                    others.remove(block)
+                if not others:
+                    del copies[h]
+            else:                       # the usual case: the hash's only block
+                del cached[h]
+            memo = block.memo
+            if memo is not None:
+                p = block.memo_pos
+                if p < memo.valid and memo.blocks[p] is block:
+                    memo.valid = p
 
     def check_invariants(self) -> None:
         """Conservation checks used by tests (O(num_blocks))."""
         in_queue = set(self.free_queue.block_ids())
         assert len(in_queue) == self.free_queue.num_free
+        memos = {}
         for b in self.blocks[1:]:
             assert b.ref_cnt >= 0, b
             assert 0 <= b.entry_refs <= b.ref_cnt, b
             assert (b.ref_cnt == 0) == (b.block_id in in_queue), b
             if b.block_hash is not None:
                 assert self.cached.get(b.block_hash) is b or b in self.copies.get(b.block_hash, ()), b
+            if b.memo is not None:
+                memos[id(b.memo)] = b.memo
         assert self.entry_only == sum(1 for b in self.blocks[1:] if 0 < b.entry_refs == b.ref_cnt)
         for h, b in self.cached.items():
             assert b.block_hash == h
         for h, bs in self.copies.items():
             assert bs and h in self.cached and all(b.block_hash == h for b in bs)
+        for memo in memos.values():
+            for i in range(memo.valid):
+                b = memo.blocks[i]
+                assert b.memo is memo and b.memo_pos == i, (b, i)
+                assert self.cached.get(memo.hashes[i]) is b, (b, i)

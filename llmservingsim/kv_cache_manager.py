@@ -96,42 +96,19 @@ class KVCacheManager:
         n = (req.num_tokens - 1) // self.block_size
         if n <= 0:
             return [], 0
-        # A head-of-line request is looked up every step: while none of its earlier hits has
-        # lost its content (the only way a hit changes: a hash's primary block changes only
-        # when it is dropped), they are still valid and only the blocks after them need
-        # checking.
+        # The stream's memo lists the primaries of its leading hashes (see PrefixMemo):
+        # they are this lookup's first hits, and only the hashes after them are looked up.
+        # A head-of-line request is looked up every step, and a program's call extends the
+        # context its previous call published (and listed), so few lookups remain.
         pool = self.pool
-        memo = req.hit_memo
-        hits, held = [], None
-        if memo is not None and len(memo[1]) <= n:
-            epoch, old, old_held = memo
-            if epoch == pool.drop_epoch:
-                hits, held = list(old), old_held
-            else:
-                dropped = pool.dropped_since(epoch)
-                if dropped is not None and old_held.isdisjoint(dropped):
-                    hits, held = list(old), old_held
-        k0 = k = len(hits)
-        if k < n:
-            # the lookups run in C, a chunk at a time (a prompt's cached part is a prefix:
-            # after the first miss nothing is looked up beyond its chunk)
-            hashes = req.stream.block_hashes(n)
-            get = pool.cached.get
-            chunk = 8
-            while k < n:
-                found = list(map(get, hashes[k:min(n, k + chunk)]))
-                if None in found:
-                    hits.extend(found[:found.index(None)])
-                    break
-                hits.extend(found)
-                k += len(found)
-                chunk *= 4
-        if held is None:
-            held = set(hits)
-        elif len(hits) > k0:
-            held.update(hits[k0:])
-        req.hit_memo = (pool.drop_epoch, hits, held)
-        return list(hits), len(hits) * self.block_size
+        memo = pool.memo_of(req.stream)
+        k = memo.valid
+        if k >= n:
+            hits = memo.blocks[:n]
+        else:
+            hits = memo.blocks[:k]
+            hits += pool.look_up(memo, req.stream.block_hashes(n), n)
+        return hits, len(hits) * self.block_size
 
     # ---- allocation ----------------------------------------------------------------------
     def can_fit_full_sequence(self, req: Request, hits: list[KVBlock]) -> bool:
@@ -184,7 +161,6 @@ class KVCacheManager:
         if held is None:
             held = self.req_blocks[req.request_id] = []
             self.num_cached_blocks[req.request_id] = 0
-            req.hit_memo = None         # admitted: its lookups are over until a preemption
         if hits:
             self.pool.touch(hits)
             held.extend(hits)
@@ -213,7 +189,8 @@ class KVCacheManager:
         hashes = req.stream.block_hashes(n)
         blocks = self.req_blocks[rid]
         hi = min(n, len(blocks))
-        self.pool.cache_blocks(blocks[done:hi], hashes[done:hi])
+        pool = self.pool
+        pool.cache_blocks(blocks[done:hi], hashes[done:hi], pool.memo_of(req.stream), done)
         self.num_cached_blocks[rid] = hi
 
     def free(self, req: Request, drop_content: bool = False) -> None:
