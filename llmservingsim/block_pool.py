@@ -222,13 +222,16 @@ class PrefixMemo:
     places from ``valid`` on are stale. ``hashes`` is the stream's hash chain (read by checks
     only). The pool keeps this true at the only events that can break it: a listed block's
     content is dropped (``valid`` is cut back to its place: a hash's primary changes only when
-    it is dropped), and another memo lists the block (it is first cut out of this one)."""
-    __slots__ = ("blocks", "valid", "hashes")
+    it is dropped), and another memo lists the block (it is first cut out of this one).
+    ``cuts`` counts those cuts: while it is unchanged, ``blocks[:k]`` for any k at most
+    ``valid`` are the same blocks (places are only appended after ``valid``)."""
+    __slots__ = ("blocks", "valid", "hashes", "cuts")
 
     def __init__(self, hashes: list):
         self.blocks: list[KVBlock] = []
         self.valid = 0
         self.hashes = hashes
+        self.cuts = 0
 
 
 class BlockPool:
@@ -439,6 +442,7 @@ class BlockPool:
                         break
                 elif p < old.valid and old.blocks[p] is block:
                     old.valid = p
+                    old.cuts += 1
             block.memo = memo
             block.memo_pos = i
             listed.append(block)
@@ -470,6 +474,7 @@ class BlockPool:
                 p = block.memo_pos
                 if p < memo.valid and memo.blocks[p] is block:
                     memo.valid = p
+                    memo.cuts += 1
 
     def check_invariants(self) -> None:
         """Conservation checks used by tests (O(num_blocks))."""
