@@ -55,12 +55,16 @@ class _Run:
     """Blocks that entered the free queue together, in queue order, read from ``pos`` on.
     ``blocks[i]`` (i >= pos) is in the queue iff its ``free_run`` is this run: a block taken
     out of the middle (a cache hit) only forgets its run, and when it is freed again it
-    joins a new run, so its old place reads as empty."""
-    __slots__ = ("blocks", "pos")
+    joins a new run, so its old place reads as empty. A block taken from the front keeps
+    naming the run (its place is behind ``pos``, never read again). ``live`` counts the
+    blocks in the queue: when it is ``len(blocks) - pos`` the run has no empty place and
+    the front takes a slice of it without reading a block."""
+    __slots__ = ("blocks", "pos", "live")
 
     def __init__(self, blocks: list):
         self.blocks = blocks
         self.pos = 0
+        self.live = len(blocks)
 
 
 class _FreshRun:
@@ -125,11 +129,26 @@ class FreeBlockQueue:
             run = _Run(blocks)
             for b in blocks:
                 b.free_run = run
-            place(run)
-            self.num_free += len(blocks)
-            self._places += len(blocks)
-            if self._places > 2 * self.num_free + self.compact_slack:
-                self._compact()
+            self._place(run, place)
+
+    def open_run(self) -> _Run:
+        """An empty run for a caller that frees blocks one by one: it appends each to
+        ``run.blocks`` and sets its ``free_run`` to the run as it goes (one pass over the
+        blocks instead of two), then hands it to ``close_run``."""
+        return _Run([])
+
+    def close_run(self, run: _Run) -> None:
+        """Add an ``open_run`` run, filled, at the back."""
+        if run.blocks:
+            run.live = len(run.blocks)
+            self._place(run, self.runs.append)
+
+    def _place(self, run: _Run, place) -> None:
+        place(run)
+        self.num_free += run.live
+        self._places += run.live
+        if self._places > 2 * self.num_free + self.compact_slack:
+            self._compact()
 
     def append(self, block: KVBlock) -> None:
         self.extend([block])
@@ -145,6 +164,7 @@ class FreeBlockQueue:
     def take(self, blocks: list) -> None:
         """Take these free blocks out of their places (a context's cache hits at once)."""
         for b in blocks:
+            b.free_run.live -= 1
             b.free_run = None
         self.num_free -= len(blocks)
 
@@ -163,25 +183,33 @@ class FreeBlockQueue:
             run = runs[0]
             if type(run) is _FreshRun:
                 k = min(n - len(out), run.hi - run.lo)
-                out.extend(run.make(run.lo, run.lo + k))
+                out += run.make(run.lo, run.lo + k)
                 run.lo += k
                 if run.lo == run.hi:
                     runs.popleft()
                 continue
             blocks, pos = run.blocks, run.pos
             end = len(blocks)
-            while pos < end:
-                b = blocks[pos]
-                pos += 1
-                if b.free_run is run:
-                    b.free_run = None
-                    out.append(b)
-                    if len(out) == n:
-                        break
+            if run.live == end - pos:       # no empty place: a slice
+                k = min(n - len(out), end - pos)
+                out += blocks[pos:pos + k]
+                run.live -= k
+                pos += k
+            else:
+                got = len(out)
+                while pos < end:
+                    b = blocks[pos]
+                    pos += 1
+                    if b.free_run is run:
+                        out.append(b)
+                        if len(out) == n:
+                            break
+                run.live -= len(out) - got
             places -= pos - run.pos
             run.pos = pos
             if pos == end:
                 runs.popleft()
+                run.blocks = []         # its blocks may still name it: hold nothing
         self._places = places
         self.num_free -= n
         return out
@@ -202,7 +230,10 @@ class FreeBlockQueue:
         places = 0
         for run in self.runs:
             if type(run) is not _FreshRun:
-                run.blocks = [b for b in run.blocks[run.pos:] if b.free_run is run]
+                if run.live < len(run.blocks) - run.pos:
+                    run.blocks = [b for b in run.blocks[run.pos:] if b.free_run is run]
+                elif run.pos:
+                    run.blocks = run.blocks[run.pos:]
                 run.pos = 0
                 if not run.blocks:
                     continue
@@ -232,6 +263,14 @@ class PrefixMemo:
         self.valid = 0
         self.hashes = hashes
         self.cuts = 0
+
+    def cut(self, block: KVBlock) -> None:
+        """``block`` (whose ``memo`` is this one) stops being listed: cut back to its place
+        if it is in the listed prefix (a stale back-pointer is ignored)."""
+        p = block.memo_pos
+        if p < self.valid and self.blocks[p] is block:
+            self.valid = p
+            self.cuts += 1
 
 
 class BlockPool:
@@ -291,13 +330,29 @@ class BlockPool:
         if n > self.free_queue.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.free_queue.num_free} free")
         out = self.free_queue.popleft_n(n)
-        full = []
+        # one pass: each block's reference, and its content dropped (_drop_contents, inlined:
+        # most popped blocks still hold content, usually the only block of their hash)
+        cached = self.cached
+        copies = self.copies
+        dropped = False
         for block in out:
             block.ref_cnt = 1
-            if block.block_hash is not None:
-                full.append(block)
-        if full:
-            self._drop_contents(full)
+            h = block.block_hash
+            if h is not None:
+                block.block_hash = None
+                if copies and h in copies:
+                    self._drop_copy(block, h)
+                else:
+                    del cached[h]
+                memo = block.memo
+                if memo is not None:        # PrefixMemo.cut, inlined
+                    p = block.memo_pos
+                    if p < memo.valid and memo.blocks[p] is block:
+                        memo.valid = p
+                        memo.cuts += 1
+                dropped = True
+        if dropped:
+            self.drop_epoch += 1
         return out
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
@@ -315,21 +370,14 @@ class BlockPool:
         self.entry_only -= entry_only
 
     def pin(self, blocks: Iterable[KVBlock]) -> None:
-        """A retained entry takes over one reference of each block (``ref_cnt`` unchanged)."""
+        """A retained entry takes over one reference of each block (``ref_cnt`` unchanged).
+        The reference it takes over is not an entry's, so no block was entry-only before;
+        it is after iff every reference is now an entry's."""
         delta = 0
         for block in blocks:
-            e = block.entry_refs
-            if not e:                       # the usual case: no entry held it yet
-                block.entry_refs = 1
-                if block.ref_cnt == 1:
-                    delta += 1
-                continue
-            r = block.ref_cnt
-            if r == e:
-                delta -= 1
-            e += 1
+            e = block.entry_refs + 1
             block.entry_refs = e
-            if r == e:
+            if block.ref_cnt == e:
                 delta += 1
         self.entry_only += delta
 
@@ -340,7 +388,13 @@ class BlockPool:
         in that order, or, with ``drop_content``, those that had content its front (the
         last freed first, as one ``appendleft`` each would place them)."""
         self.free_epoch += 1
-        freed = []
+        if drop_content:        # queued below, once it is known which keep content
+            freed = []
+            queue = run = None
+        else:       # the usual case: the freed blocks form one run at the back, built here
+            queue = self.free_queue
+            run = queue.open_run()
+            freed = run.blocks
         if pinned:
             # a block the entry held last was entry-only (ref_cnt == entry_refs == 1); one
             # that stays held changes ref_cnt and entry_refs alike, so stays what it was
@@ -350,6 +404,7 @@ class BlockPool:
                 block.entry_refs -= 1
                 if not r:
                     freed.append(block)
+                    block.free_run = run
             self.entry_only -= len(freed)
         else:
             delta = 0
@@ -358,22 +413,25 @@ class BlockPool:
                 block.ref_cnt = r
                 if not r:
                     freed.append(block)
+                    block.free_run = run
                 elif r == block.entry_refs:     # entries alone hold it now
                     delta += 1
             self.entry_only += delta
-        if drop_content:
-            front = [b for b in freed if b.block_hash is not None]
-            if front:
-                freed = [b for b in freed if b.block_hash is None]
-                self._drop_contents(front)
-                front.reverse()
-                self.free_queue.extendleft(front)
+        if queue is not None:
+            queue.close_run(run)
+            return
+        front = [b for b in freed if b.block_hash is not None]
+        if front:
+            freed = [b for b in freed if b.block_hash is None]
+            self._drop_contents(front)
+            front.reverse()
+            self.free_queue.extendleft(front)
         self.free_queue.extend(freed)
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         self.cache_blocks((block,), (block_hash,))
 
-    def cache_blocks(self, blocks: Iterable[KVBlock], hashes: Iterable[int],
+    def cache_blocks(self, blocks: list[KVBlock], hashes: list[int],
                      memo: Optional[PrefixMemo] = None, start: int = 0) -> None:
         """Publish each block under the hash beside it; a block that already has content
         keeps it. ``memo``: the blocks are its stream's blocks ``start ..``; while they
@@ -382,26 +440,28 @@ class BlockPool:
         if not self.enable_caching:
             return
         setdefault = self.cached.setdefault
-        listing = memo is not None and memo.valid == start
-        if listing:
+        pairs = zip(blocks, hashes)
+        if memo is not None and memo.valid == start:
+            i = start
+            for block, block_hash in pairs:
+                if block.block_hash is not None:
+                    break
+                block.block_hash = block_hash
+                if setdefault(block_hash, block) is not block:
+                    self.copies.setdefault(block_hash, []).append(block)
+                    break
+                block.memo = memo
+                block.memo_pos = i
+                i += 1
             listed = memo.blocks
             del listed[start:]
-        i = start
-        for block, block_hash in zip(blocks, hashes):
-            if block.block_hash is not None:
-                listing = False
-            else:
+            listed += blocks[:i - start]
+            memo.valid = i
+        for block, block_hash in pairs:     # the rest: published, not listed
+            if block.block_hash is None:
                 block.block_hash = block_hash
-                primary = setdefault(block_hash, block)
-                if primary is not block:
+                if setdefault(block_hash, block) is not block:
                     self.copies.setdefault(block_hash, []).append(block)
-                    listing = False
-                elif listing:
-                    block.memo = memo
-                    block.memo_pos = i
-                    listed.append(block)
-                    memo.valid = i + 1
-            i += 1
 
     def memo_of(self, stream) -> PrefixMemo:
         """The stream's memo in this pool (created empty on first use)."""
@@ -440,9 +500,8 @@ class BlockPool:
                 if old is memo:
                     if p < i and listed[p] is block:
                         break
-                elif p < old.valid and old.blocks[p] is block:
-                    old.valid = p
-                    old.cuts += 1
+                else:
+                    old.cut(block)
             block.memo = memo
             block.memo_pos = i
             listed.append(block)
@@ -460,21 +519,23 @@ class BlockPool:
             h = block.block_hash
             block.block_hash = None
             if copies and h in copies:
-                others = copies[h]
-                if cached[h] is block:
-                    cached[h] = others.pop(0)
-                else:
-                    others.remove(block)
-                if not others:
-                    del copies[h]
+                self._drop_copy(block, h)
             else:                       # the usual case: the hash's only block
                 del cached[h]
             memo = block.memo
             if memo is not None:
-                p = block.memo_pos
-                if p < memo.valid and memo.blocks[p] is block:
-                    memo.valid = p
-                    memo.cuts += 1
+                memo.cut(block)
+
+    def _drop_copy(self, block: KVBlock, h: int) -> None:
+        """Unpublish ``block`` (content ``h``, already cleared on the block) of a hash that
+        has copies: the primary gives its place to the oldest copy."""
+        others = self.copies[h]
+        if self.cached[h] is block:
+            self.cached[h] = others.pop(0)
+        else:
+            others.remove(block)
+        if not others:
+            del self.copies[h]
 
     def check_invariants(self) -> None:
         """Conservation checks used by tests (O(num_blocks))."""
