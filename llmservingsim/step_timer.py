@@ -71,6 +71,9 @@ class StepTimer:
         self._decode_memo: dict[int, tuple[int, int]] = {}    # decodes -> (comm, overhead) ns
 
     def time_shape(self, shape: BatchShape) -> StepTiming:
+        if not shape.prefill_tokens and not shape.num_prefills and shape.num_decodes and self.pp == 1:
+            return self.time_decode(shape.num_decodes, shape.decode_kv_sum, shape.decode_kv_max,
+                                    shape.decode_kv_min)
         perf = self.perf
         if self.pp == 1:
             compute_us = perf.compute_us(shape)
@@ -84,9 +87,10 @@ class StepTimer:
         return _timing(compute, comm, overhead)
 
     def time_decode(self, n: int, kv_sum: int, kv_max: int, kv_min: int) -> StepTiming:
-        """``time_shape`` of a pure-decode step of ``n`` sequences (fast-forward's steps):
-        its communication and framework overhead depend on ``n`` alone, so they are looked
-        up once per batch size, and only the compute is evaluated per step."""
+        """``time_shape`` of a pure-decode step of ``n`` sequences (every executed decode
+        step and fast-forward's): its communication and framework overhead depend on ``n``
+        alone, so they are looked up once per batch size, and only the compute is evaluated
+        per step."""
         if self.pp != 1:
             return self.time_shape(BatchShape(0, 0.0, 0, n, kv_sum, kv_max, kv_min))
         fixed = self._decode_memo.get(n)
