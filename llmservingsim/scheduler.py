@@ -64,6 +64,14 @@ class SchedulerOutput:
         return bool(self.scheduled)
 
 
+def _take(scheduled: list, req: Request) -> Optional[ScheduledRequest]:
+    """Remove and return ``req``'s entry of this pass's batch (None if not scheduled yet)."""
+    for k, sr in enumerate(scheduled):
+        if sr.req is req:
+            return scheduled.pop(k)
+    return None
+
+
 class Scheduler:
     # remote_kv.RemoteKVSource objects asked in this order at admission; () when none
     kv_sources: tuple = ()
@@ -97,10 +105,12 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
         threshold = cfg.long_prefill_token_threshold
         out = SchedulerOutput()
-        scheduled: dict[int, ScheduledRequest] = {}
+        scheduled: list[ScheduledRequest] = out.scheduled
         running = self.running
         last_pos = cfg.max_model_len - 1
         skip_in_flight = self.skip_in_flight
+        req_blocks = kv.req_blocks
+        bs = kv.block_size
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -111,13 +121,29 @@ class Scheduler:
             if known - req.prompt_len >= req.max_tokens:
                 i += 1          # its last token is in flight: anticipated finish
                 continue
-            num_new = known - req.num_computed_tokens
+            computed = req.num_computed_tokens
+            num_new = known - computed
+            if num_new == 1 and computed < last_pos:
+                # A decode (the common case: every running request, every step). Inside its
+                # last block it needs no allocation: KVCacheManager.allocate_slots' early
+                # return, inlined (a token completing its block publishes it); then _commit,
+                # inlined (the token reaches the known end, so the step samples).
+                held = req_blocks.get(req.request_id)
+                if held is not None and computed < len(held) * bs:
+                    if (computed + 1) % bs == 0:
+                        kv.cache_blocks(req, min(computed + 1, req.num_tokens))
+                    req.num_computed_tokens = known
+                    req.num_placeholders += 1
+                    scheduled.append(ScheduledRequest(req, 1, computed, True))
+                    budget -= 1
+                    i += 1
+                    continue
             if 0 < threshold < num_new:
                 num_new = threshold
             if num_new > budget:
                 num_new = budget
-            if num_new > last_pos - req.num_computed_tokens:
-                num_new = last_pos - req.num_computed_tokens
+            if num_new > last_pos - computed:
+                num_new = last_pos - computed
             if num_new <= 0:
                 i += 1
                 continue
@@ -127,7 +153,7 @@ class Scheduler:
                     victim = max(running, key=lambda r: (r.priority, r.arrival_ns))
                     vidx = running.index(victim)
                     running.pop(vidx)
-                    sr = scheduled.pop(victim.request_id, None)
+                    sr = _take(scheduled, victim)
                     if sr is not None:      # already scheduled this step: give its tokens back
                         budget += sr.num_new
                         self._unschedule(sr)
@@ -142,7 +168,7 @@ class Scheduler:
                     break
             if not ok:
                 break
-            scheduled[req.request_id] = self._commit(req, num_new)
+            scheduled.append(self._commit(req, num_new))
             budget -= num_new
             i += 1
 
@@ -173,10 +199,9 @@ class Scheduler:
                     req.num_cached_tokens = num_hit
                     kv.prefix_stats.queries += req.prompt_len
                     kv.prefix_stats.hits += num_hit
-                scheduled[req.request_id] = self._commit(req, num_new)
+                scheduled.append(self._commit(req, num_new))
                 budget -= num_new
 
-        out.scheduled = list(scheduled.values())
         out.num_tokens = cfg.max_num_batched_tokens - budget
         return out
 
@@ -311,20 +336,21 @@ class Scheduler:
         (removed from the queues; their blocks are still held for the retention decision)."""
         finished = []
         block_size = self.kv.block_size
+        RUNNING = RequestStatus.RUNNING
         for sr in out.scheduled:
             if not sr.samples:
                 continue
             req = sr.req
             req.num_placeholders -= 1
-            req.num_tokens += 1
+            n = req.num_tokens = req.num_tokens + 1
             if req.first_token_ns is None:
                 req.first_token_ns = now_ns
             req.last_token_ns = now_ns
             # a sampled token completes a block only at a block boundary
-            if req.num_tokens % block_size == 0 and req.status == RequestStatus.RUNNING:
-                self.kv.cache_blocks(req, min(req.num_computed_tokens, req.num_tokens))
-            if req.num_tokens - req.prompt_len >= req.max_tokens:
-                if req.status == RequestStatus.RUNNING:
+            if n % block_size == 0 and req.status == RUNNING:
+                self.kv.cache_blocks(req, min(req.num_computed_tokens, n))
+            if n - req.prompt_len >= req.max_tokens:
+                if req.status == RUNNING:
                     self.running.remove(req)
                 elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
                     self.waiting.remove(req)
