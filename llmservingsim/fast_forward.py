@@ -30,7 +30,7 @@ MIN_STEPS = 3
 # Planning a run costs O(batch) up front, so a run is only attempted when the time to the
 # next event holds at least this many steps of the last step's length (a cheap estimate;
 # declining never changes results, only speed).
-MIN_GAP_STEPS = 8
+MIN_GAP_STEPS = 4
 
 
 def try_fast_forward(inst, nxt) -> bool:
@@ -48,22 +48,17 @@ def try_fast_forward(inst, nxt) -> bool:
     running = sched.running
     scheduled = nxt.scheduled
     n = len(scheduled)
-    if n == 0 or n != len(running):
+    # every entry a decode that samples (the batch's tallies), of every running request in order
+    if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
         return False
     horizon = 1 << 62
-    kv_sum = 0
-    kv_max = 0
-    kv_min = 1 << 62
     for sr, req in zip(scheduled, running):
-        if sr.req is not req or sr.num_new != 1 or sr.ctx_before <= 0 or not sr.samples:
+        if sr.req is not req:
             return False
         left = req.max_tokens - (req.num_tokens - req.prompt_len)
         if left < horizon:
             horizon = left
-        kv = sr.ctx_before + 1
-        kv_sum += kv
-        kv_max = max(kv_max, kv)
-        kv_min = min(kv_min, kv)
+    kv_sum, kv_max, kv_min = nxt.decode_kv_sum, nxt.decode_kv_max, nxt.decode_kv_min
     if horizon < MIN_STEPS:
         return False
     unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)

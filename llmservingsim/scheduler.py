@@ -53,15 +53,46 @@ class ScheduledRequest:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    """One step's batch. Besides the batch, its tallies (kept by the scheduler as it forms
+    and advances the batch, so that timing and metrics need no walk over it): decodes are the
+    entries with ``num_new == 1`` and ``ctx_before > 0``, their KV length ``ctx_before + 1``;
+    every other entry is a prefill chunk."""
     scheduled: list = field(default_factory=list)     # [ScheduledRequest] in batch order
     preempted: list = field(default_factory=list)
     num_tokens: int = 0
     # requests this pass parked as WAITING_FOR_REMOTE_KVS, {source: [request]} (their
     # transfers start when this step launches; llmservingsim/remote_kv.py); None unless some
     remote_kv: Optional[dict] = None
+    num_decodes: int = 0
+    decode_kv_sum: int = 0
+    decode_kv_max: int = 0          # 0 when no decode
+    decode_kv_min: int = 0          # 0 when no decode
+    prefill_tokens: int = 0         # sum of the prefill chunks
+    prefill_ctx_sum: int = 0        # sum of chunk x its prior context
+    num_sampled: int = 0            # entries whose step samples a token
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
+
+    def tally(self, entries) -> None:
+        """Add ``entries`` (of ``scheduled``) to the tallies."""
+        nd, kv_sum, kv_max, kv_min = self.num_decodes, self.decode_kv_sum, self.decode_kv_max, self.decode_kv_min
+        for sr in entries:
+            n = sr.num_new
+            if n == 1 and sr.ctx_before > 0:
+                kv = sr.ctx_before + 1
+                kv_sum += kv
+                if not nd or kv > kv_max:
+                    kv_max = kv
+                if not nd or kv < kv_min:
+                    kv_min = kv
+                nd += 1
+            else:
+                self.prefill_tokens += n
+                self.prefill_ctx_sum += n * sr.ctx_before
+            if sr.samples:
+                self.num_sampled += 1
+        self.num_decodes, self.decode_kv_sum, self.decode_kv_max, self.decode_kv_min = nd, kv_sum, kv_max, kv_min
 
 
 def _take(scheduled: list, req: Request) -> Optional[ScheduledRequest]:
@@ -111,6 +142,12 @@ class Scheduler:
         skip_in_flight = self.skip_in_flight
         req_blocks = kv.req_blocks
         bs = kv.block_size
+        # tallies of the decodes inlined below (SchedulerOutput); every other entry goes to
+        # ``others`` and is tallied at the end
+        nd = kv_sum = kv_max = 0
+        kv_min = 1 << 62
+        others = []
+        retally = False
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -135,6 +172,15 @@ class Scheduler:
                     req.num_computed_tokens = known
                     req.num_placeholders += 1
                     scheduled.append(ScheduledRequest(req, 1, computed, True))
+                    if computed:
+                        nd += 1
+                        kv_sum += known
+                        if known > kv_max:
+                            kv_max = known
+                        if known < kv_min:
+                            kv_min = known
+                    else:
+                        others.append(scheduled[-1])
                     budget -= 1
                     i += 1
                     continue
@@ -157,6 +203,7 @@ class Scheduler:
                     if sr is not None:      # already scheduled this step: give its tokens back
                         budget += sr.num_new
                         self._unschedule(sr)
+                        retally = True      # the tallies are redone at the end
                     if vidx < i:
                         i -= 1
                 else:
@@ -169,6 +216,7 @@ class Scheduler:
             if not ok:
                 break
             scheduled.append(self._commit(req, num_new))
+            others.append(scheduled[-1])
             budget -= num_new
             i += 1
 
@@ -200,9 +248,17 @@ class Scheduler:
                     kv.prefix_stats.queries += req.prompt_len
                     kv.prefix_stats.hits += num_hit
                 scheduled.append(self._commit(req, num_new))
+                others.append(scheduled[-1])
                 budget -= num_new
 
         out.num_tokens = cfg.max_num_batched_tokens - budget
+        if retally:
+            out.tally(scheduled)
+        else:
+            if nd:
+                out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min = nd, kv_sum, kv_max, kv_min
+            out.num_sampled = len(scheduled) - len(others)
+            out.tally(others)
         return out
 
     def _pop_head(self, req: Request) -> None:
@@ -326,6 +382,9 @@ class Scheduler:
             req.num_tokens += steps
             req.last_token_ns = last_ns
             sr.ctx_before += steps
+        pending.decode_kv_sum += steps * pending.num_decodes      # every entry is a decode
+        pending.decode_kv_max += steps
+        pending.decode_kv_min += steps
         self.num_ff_steps += steps
         if self.waiting:
             self.num_ff_queued_steps += steps

@@ -32,26 +32,11 @@ class StepTiming:
 
 
 def shape_of(out: SchedulerOutput) -> BatchShape:
-    pt = pctx_w = 0
-    npf = nd = kv_sum = 0
-    kv_max = 0
-    kv_min = 1 << 62
-    for sr in out.scheduled:
-        n = sr.num_new
-        if n == 1 and sr.ctx_before > 0:
-            kv = sr.ctx_before + 1
-            nd += 1
-            kv_sum += kv
-            if kv > kv_max:
-                kv_max = kv
-            if kv < kv_min:
-                kv_min = kv
-        else:
-            npf += 1
-            pt += n
-            pctx_w += n * sr.ctx_before
-    return BatchShape(pt, (pctx_w / pt) if pt else 0.0, npf, nd, kv_sum,
-                      kv_max if nd else 0, kv_min if nd else 0)
+    """The step's shape, from the batch's tallies (``SchedulerOutput``)."""
+    pt = out.prefill_tokens
+    nd = out.num_decodes
+    return BatchShape(pt, (out.prefill_ctx_sum / pt) if pt else 0.0, len(out.scheduled) - nd, nd,
+                      out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min)
 
 
 def _timing(compute: int, comm: int, overhead: int) -> StepTiming:
