@@ -28,12 +28,11 @@ from math import floor
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-
 from llmservingsim.errors import ConfigError, ProfileError, finite_number, load_json, load_yaml
 from llmservingsim.paths import hardware_dir
 
-# ASTRA-Sim converts a network bandwidth in "GB/s" as bw * 2^30 / 1e9 bytes per ns.
-_GIB_PER_GB = Fraction(2 ** 30, 10 ** 9)
+from .device_keys import GIB_PER_GB, check_keys
+
 # Link traversals per message: ring neighbours and fully-connected peers are one hop away,
 # a switch puts two links (NPU -> switch -> NPU) on every path.
 HOPS = {"Ring": 1, "FullyConnected": 1, "Switch": 2}
@@ -174,7 +173,7 @@ def ring_allreduce_ns(size_bytes: int, n: int, bandwidth_gbs: float, latency_ns:
     if n == 1:
         return 0
     m = Fraction(size_bytes // splits // n)
-    link = Fraction(bandwidth_gbs) * _GIB_PER_GB
+    link = Fraction(bandwidth_gbs) * GIB_PER_GB
     per_step = floor(hops * Fraction(latency_ns) + m / link)
     reduce_step = floor(m / Fraction(local_mem_bw_gbs))
     total = (2 * (n - 1) * per_step + (n - 1) * 3 * reduce_step
@@ -195,7 +194,7 @@ def fit_link_bandwidth_gbs(busbw_gbs: float, local_mem_bw_gbs: float) -> float:
     inv = 1 / busbw_gbs - 1.5 / local_mem_bw_gbs
     if inv <= 0:
         raise ValueError("local-mem-bw too small to reach that bus bandwidth")
-    return 1 / inv / float(_GIB_PER_GB)
+    return 1 / inv / float(GIB_PER_GB)
 
 
 # ---------------------------------------------------------------- loading
@@ -246,18 +245,6 @@ def _check(value: Any, kind: str, file: Path, key: str) -> Any:
     return float(value) if kind == _FLOAT else value
 
 
-def _check_keys(raw: Any, expected: Mapping | tuple, file: Path, prefix: str = "") -> None:
-    if not isinstance(raw, dict):
-        raise ProfileError("expected a mapping of keys", file=str(file), key=prefix or None)
-    for key in raw:
-        if key not in expected:
-            raise ProfileError(f"unknown key (expected: {', '.join(expected)})",
-                               file=str(file), key=f"{prefix}{key}")
-    for key in expected:
-        if key not in raw:
-            raise ProfileError("missing key", file=str(file), key=f"{prefix}{key}")
-
-
 def _positive(value: float, file: Path, key: str) -> float:
     if value <= 0:
         raise ProfileError(f"must be > 0, got {value!r}", file=str(file), key=key)
@@ -271,7 +258,7 @@ def _build_device(raw: Any, path: Path) -> Device:
     if isinstance(raw, dict) and "inter_node" in raw:      # optional: the network between nodes
         from .inter_node import parse_inter_node
         inter_node = parse_inter_node(raw.pop("inter_node"), path)
-    _check_keys(raw, _DEVICE_KEYS, path)
+    check_keys(raw, _DEVICE_KEYS, path)
     v = {k: _check(raw[k], kind, path, k) for k, kind in _DEVICE_KEYS.items()}
     if optional.get("collective_latency_ns", 0.0) < 0:
         raise ProfileError("must be >= 0", file=str(path), key="collective_latency_ns")
@@ -305,7 +292,7 @@ def _build_device(raw: Any, path: Path) -> Device:
 def _host_link(raw: Optional[dict], path: Path) -> Optional[dict]:
     if raw is None:
         return None
-    _check_keys(raw, _HOST_LINK_KEYS, path, prefix="host_link.")
+    check_keys(raw, _HOST_LINK_KEYS, path, prefix="host_link.")
     out = {"kind": _check(raw["kind"], _STR, path, "host_link.kind")}
     for k in _HOST_LINK_KEYS[1:]:
         v = _check(raw[k], _FLOAT, path, f"host_link.{k}")
@@ -317,7 +304,7 @@ def _host_link(raw: Optional[dict], path: Path) -> Optional[dict]:
 
 
 def _build_power(raw: dict, path: Path) -> PowerSpec:
-    _check_keys(raw, _POWER_KEYS, path, prefix="power.")
+    check_keys(raw, _POWER_KEYS, path, prefix="power.")
     w = {k: _check(raw[k], _FLOAT, path, f"power.{k}") for k in _POWER_KEYS}
     if not 0 <= w["idle_w"] <= w["standby_w"] <= w["active_w"]:
         raise ProfileError("power must satisfy 0 <= idle_w <= standby_w <= active_w, got "
@@ -332,7 +319,7 @@ def _load_network(device_path: Path, rel: str, gpus_per_node: int) -> dict:
         raise ProfileError(f"network file '{rel}' not found (looked in {file.parent})",
                            file=str(device_path), key="network")
     raw = _read_yaml(file, "network file")
-    _check_keys(raw, _NETWORK_KEYS, file)
+    check_keys(raw, _NETWORK_KEYS, file)
     for key in _NETWORK_KEYS:
         if not isinstance(raw[key], list) or len(raw[key]) != 1:
             raise ProfileError("expected a one-entry list (the intra-node dimension only)",
@@ -358,7 +345,7 @@ def _load_system(device_path: Path, rel: str, mem_bw: float, peak: float) -> dic
         raise ProfileError(f"system file '{rel}' not found (looked in {file.parent})",
                            file=str(device_path), key="system")
     raw = load_json(file, error=ProfileError, what="system file", problem="not valid JSON")
-    _check_keys(raw, _SYSTEM_KEYS, file)
+    check_keys(raw, _SYSTEM_KEYS, file)
     for key, kind in _SYSTEM_KEYS.items():
         _check(raw[key], kind, file, key)
     if raw["endpoint-delay"] < 0 or raw["preferred-dataset-splits"] < 1:

@@ -18,15 +18,13 @@ the way is an intra-node hop NCCL pipelines behind the network transfer (PXN), n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
+from .device_keys import GIB_PER_GB, check_keys
 from .errors import ProfileError
 
 INTER_NODE_KEYS = ("fabric", "topology", "nic_gbps", "latency_ns")
 _TOPOLOGIES = ("Ring", "FullyConnected", "Switch")
-# ASTRA-Sim reads a bandwidth of X "GB/s" as X * 2^30 / 1e9 bytes per ns
-_GIB_PER_GB = Fraction(2 ** 30, 10 ** 9)
 
 
 @dataclass(frozen=True)
@@ -39,21 +37,12 @@ class InterNode:
     @property
     def bandwidth_gbs(self) -> float:
         """The NIC line rate as an ASTRA-Sim network ``bandwidth`` (its "GB/s" unit)."""
-        return round(self.nic_gbps / 8 / float(_GIB_PER_GB), 3)
+        return round(self.nic_gbps / 8 / float(GIB_PER_GB), 3)
 
 
 def parse_inter_node(raw, path: Path) -> InterNode:
     """The device file's ``inter_node`` block; ProfileError naming the file and key otherwise."""
-    if not isinstance(raw, dict):
-        raise ProfileError("expected a mapping (fabric, topology, nic_gbps, latency_ns)", file=str(path),
-                           key="inter_node")
-    for key in raw:
-        if key not in INTER_NODE_KEYS:
-            raise ProfileError(f"unknown key (expected: {', '.join(INTER_NODE_KEYS)})", file=str(path),
-                               key=f"inter_node.{key}")
-    for key in INTER_NODE_KEYS:
-        if key not in raw:
-            raise ProfileError("missing key", file=str(path), key=f"inter_node.{key}")
+    check_keys(raw, INTER_NODE_KEYS, path, prefix="inter_node.")
     if not isinstance(raw["fabric"], str):
         raise ProfileError(f"expected a string, got {raw['fabric']!r}", file=str(path), key="inter_node.fabric")
     if raw["topology"] not in _TOPOLOGIES:

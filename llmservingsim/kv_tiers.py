@@ -173,6 +173,10 @@ class TierStore:
         return [h for h, s in self.blocks.items() if not s.ref and not s.pins and s.ready_ns <= now_ns]
 
     def _make_room(self, need: int, now_ns: int) -> bool:
+        """Evict ``need`` evictable blocks (unreferenced, unpinned, landed) in LRU order,
+        first releasing pinned entries, lowest eviction key first, until enough are
+        evictable. Releasing a pin can only make that pin's blocks evictable, so the count
+        is kept up to date from its blocks and the victims are listed once at the end."""
         free_now = 0
         victims = []
         for h, s in self.blocks.items():
@@ -182,30 +186,32 @@ class TierStore:
                 if free_now == need:
                     break
         if free_now < need:
-            # release pinned entries, lowest eviction key first, while that can be enough
+            # free_now is every evictable block: the scan did not stop early
             pinned_only = sum(1 for s in self.blocks.values()
                               if s.pins and not s.ref and s.ready_ns <= now_ns)
             if free_now + pinned_only < need:
                 return False
+            blocks = self.blocks
             for pin in self._pin_order(now_ns):
                 self.unpin(pin.owner, pin.seq)
                 self.stats.reclaimed_pins += 1
-                victims = self._evictable(now_ns)[:need]
-                if len(victims) >= need:
+                for h in set(pin.hashes):
+                    s = blocks.get(h)
+                    if s is not None and not s.pins and not s.ref and s.ready_ns <= now_ns:
+                        free_now += 1
+                if free_now >= need:
                     break
-            if len(victims) < need:
+            if free_now < need:
                 return False
+            victims = self._evictable(now_ns)[:need]
         self._evict(victims, now_ns)
         return True
 
     def _pin_order(self, now_ns: int) -> list:
-        key = self.eviction_key
-        pins = list(self.pins.values())
-        if key is None:
-            pins.sort(key=lambda p: default_eviction_key(p.info(self.name), now_ns))
-        else:
-            pins.sort(key=lambda p: key(p.info(self.name), now_ns))
-        return pins
+        """Pins in reclamation order: ascending eviction key (the victim-protection hook's,
+        or eq. 5's default)."""
+        key = self.eviction_key or default_eviction_key
+        return sorted(self.pins.values(), key=lambda p: key(p.info(self.name), now_ns))
 
     def _evict(self, victims: list, now_ns: int) -> None:
         for h in victims:
