@@ -18,6 +18,7 @@ from .request import CallSpec, Request
 
 @dataclass(frozen=True, slots=True)
 class InstanceLoad:
+    """An instance's load as routing policies read it (a snapshot; tokens, not blocks)."""
     num_running: int
     num_waiting: int
     kv_utilization: float

@@ -62,6 +62,7 @@ def _work(model: ModelSpec, table: str, row: dict, tp: int):
 
 @dataclass
 class _Table:
+    """A source profile table as read: its columns and rows (strings)."""
     name: str
     fields: list
     rows: list

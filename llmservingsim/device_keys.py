@@ -3,17 +3,19 @@ host link, network and system blocks; ``inter_node.py`` for the network between 
 
 One mechanism for every block: a block is a mapping holding exactly its expected keys, and a
 violation is one ProfileError naming the file and the dotted key. ``GIB_PER_GB`` is the
-factor by which ASTRA-Sim reads a bandwidth of X "GB/s" as X * 2^30 / 1e9 bytes per ns.
+factor by which ASTRA-Sim reads a bandwidth of X "GB/s" as X * 2^30 / 1e9 bytes per ns (the
+float nearest it; ``GIB_PER_GB_EXACT``: its numerator and denominator, for exact arithmetic).
 """
 from __future__ import annotations
 
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import ProfileError
 
-GIB_PER_GB = Fraction(2 ** 30, 10 ** 9)
+# terms, not a Fraction: a run never needs exact arithmetic, so it need not import fractions
+GIB_PER_GB_EXACT = (2 ** 30, 10 ** 9)
+GIB_PER_GB = GIB_PER_GB_EXACT[0] / GIB_PER_GB_EXACT[1]
 
 
 def check_keys(raw: Any, expected: Mapping | tuple, file: Path, prefix: str = "") -> None:

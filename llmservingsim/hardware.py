@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import lru_cache
 from math import floor
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any, Mapping, Optional
 from llmservingsim.errors import ConfigError, ProfileError, finite_number, load_json, load_yaml
 from llmservingsim.paths import hardware_dir
 
-from .device_keys import GIB_PER_GB, check_keys
+from .device_keys import GIB_PER_GB, GIB_PER_GB_EXACT, check_keys
 
 # Link traversals per message: ring neighbours and fully-connected peers are one hop away,
 # a switch puts two links (NPU -> switch -> NPU) on every path.
@@ -172,8 +171,9 @@ def ring_allreduce_ns(size_bytes: int, n: int, bandwidth_gbs: float, latency_ns:
         raise ValueError("bandwidth and local-mem-bw must be > 0, latency and endpoint delay >= 0")
     if n == 1:
         return 0
+    from fractions import Fraction
     m = Fraction(size_bytes // splits // n)
-    link = Fraction(bandwidth_gbs) * GIB_PER_GB
+    link = Fraction(bandwidth_gbs) * Fraction(*GIB_PER_GB_EXACT)
     per_step = floor(hops * Fraction(latency_ns) + m / link)
     reduce_step = floor(m / Fraction(local_mem_bw_gbs))
     total = (2 * (n - 1) * per_step + (n - 1) * 3 * reduce_step
@@ -194,7 +194,7 @@ def fit_link_bandwidth_gbs(busbw_gbs: float, local_mem_bw_gbs: float) -> float:
     inv = 1 / busbw_gbs - 1.5 / local_mem_bw_gbs
     if inv <= 0:
         raise ValueError("local-mem-bw too small to reach that bus bandwidth")
-    return 1 / inv / float(GIB_PER_GB)
+    return 1 / inv / GIB_PER_GB
 
 
 # ---------------------------------------------------------------- loading

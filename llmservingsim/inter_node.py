@@ -37,7 +37,7 @@ class InterNode:
     @property
     def bandwidth_gbs(self) -> float:
         """The NIC line rate as an ASTRA-Sim network ``bandwidth`` (its "GB/s" unit)."""
-        return round(self.nic_gbps / 8 / float(GIB_PER_GB), 3)
+        return round(self.nic_gbps / 8 / GIB_PER_GB, 3)
 
 
 def parse_inter_node(raw, path: Path) -> InterNode:

@@ -14,6 +14,7 @@ QK_NORM_MODEL_TYPES = ("qwen3", "qwen3_moe")
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """The architecture figures of a model that timing and memory need (from its config.json)."""
     name: str
     hidden_size: int
     num_layers: int

@@ -39,9 +39,21 @@ UNSHARDED = frozenset({"layernorm", "final_layernorm", "embedding", "sampler"})
 GEMM_OPS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "lm_head"})
 ELEMENTWISE_OPS = frozenset({"act_fn", "rotary_emb", "qk_norm", "layernorm", "final_layernorm",
                              "embedding", "sampler"})
-DENSE_OPS = frozenset({"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "act_fn", "rotary_emb",
-                       "qk_norm", "layernorm", "final_layernorm", "embedding"})
-PER_SEQUENCE_OPS = frozenset({"lm_head", "sampler"})
+# The bundles' dense.csv ops in layer order: the one place that says which rows the profiler
+# (llmservingsim/measure/) and the synthesis (synthesize_bundle.py) write for a model.
+LAYER_ORDER = ("embedding", "layernorm", "qkv_proj", "qk_norm", "rotary_emb", "o_proj", "gate_up_proj",
+               "act_fn", "down_proj", "final_layernorm")
+DENSE_OPS = frozenset(LAYER_ORDER)
+MLP_OPS = frozenset({"gate_up_proj", "act_fn", "down_proj"})
+PER_SEQUENCE_OPS = ("lm_head", "sampler")
+
+
+def dense_ops(model: ModelSpec) -> tuple:
+    """The dense.csv ops vLLM runs for this architecture, in layer order: ``qk_norm`` only for
+    Qwen3-style per-head q/k norms; a mixture-of-experts model has no dense MLP (its experts
+    are moe.csv)."""
+    return tuple(op for op in LAYER_ORDER if not (op == "qk_norm" and not model.qk_norm)
+                 and not (op in MLP_OPS and model.is_moe))
 
 
 def op_class(op: str) -> str:

@@ -43,6 +43,8 @@ REGIME_KEYS = ("latency_us", "bandwidth_gbs")
 
 @dataclass(frozen=True)
 class Framework:
+    """The framework's overhead of one step: µs per step and per prefill, and ``prefill_compute``
+    times the compute of the step's prefill share of tokens."""
     step_us: float = 0.0
     prefill_us: float = 0.0
     prefill_compute: float = 0.0
@@ -69,6 +71,7 @@ class Regime:
 
 @dataclass(frozen=True)
 class OverheadModel:
+    """A device's step overhead: framework terms, and the collective regimes per TP size."""
     framework: Framework = field(default_factory=Framework)
     collectives: dict = field(default_factory=dict)       # TP size -> tuple[Regime, ...]
     source: str = "none"

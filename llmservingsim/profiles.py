@@ -34,6 +34,7 @@ class AttentionTables:
 
 @dataclass
 class SkewFit:
+    """The profiler's correction for uneven decode lengths: alpha per bucket, else ``alpha_default``."""
     alpha_default: float
     table: dict            # (pc, n_label, sr_label, kvb_label, kp_label) -> alpha
     n_bins: list
@@ -49,6 +50,7 @@ class SkewFit:
 
 @dataclass
 class ProfileBundle:
+    """One device, model and TP degree's measured op times, as interpolation tables."""
     path: Path
     tp: int
     meta: dict
@@ -61,30 +63,30 @@ class ProfileBundle:
 
 
 def _read_csv(path: Path, required: tuple[str, ...], *, text: tuple[str, ...] = ("layer",),
-              signed: tuple[str, ...] = (), allow_empty: bool = False) -> list[dict]:
-    """The ``required`` columns of each row of a profile table: ``text`` columns as strings,
-    every other one as a finite float, >= 0 unless it is in ``signed``. Times (``time_us``)
-    and grid axes (tokens, sequences, chunk and KV lengths, expert counts) are never negative
-    and may be 0 (the decode-only points have ``prefill_chunk = 0``); a fitted coefficient
-    (``alpha``) may be negative. A row that breaks this, or has more or fewer fields than the
-    header, is a ProfileError naming the file, line and column, so a NaN or a negative time
-    cannot reach the interpolation tables."""
+              signed: tuple[str, ...] = (), allow_empty: bool = False) -> dict[str, list]:
+    """The ``required`` columns of a profile table, each a list of its cells in file order:
+    ``text`` columns as strings, every other one as a finite float, >= 0 unless it is in
+    ``signed``. Times (``time_us``) and grid axes (tokens, sequences, chunk and KV lengths,
+    expert counts) are never negative and may be 0 (the decode-only points have
+    ``prefill_chunk = 0``); a fitted coefficient (``alpha``) may be negative. A row that
+    breaks this, or has more or fewer fields than the header, is a ProfileError naming the
+    file, line and column, so a NaN or a negative time cannot reach the interpolation tables."""
     if not path.exists():
         raise ProfileError(f"missing profile file (expected {path})", file=str(path))
-    rows = _read_plain_csv(path, required, text, signed)
-    if rows is None:        # not plain, or not valid: the checked reader names what is wrong
-        rows = _read_checked_csv(path, required, text, signed)
-    if not rows and not allow_empty:
+    columns = _read_plain_csv(path, required, text, signed)
+    if columns is None:     # not plain, or not valid: the checked reader names what is wrong
+        columns = _read_checked_csv(path, required, text, signed)
+    if not columns[required[0]] and not allow_empty:
         raise ProfileError("empty profile table", file=str(path))
-    return rows
+    return columns
 
 
 def _read_plain_csv(path: Path, required: tuple[str, ...], text: tuple[str, ...],
-                    signed: tuple[str, ...]) -> Optional[list[dict]]:
-    """``_read_csv``'s rows when the file is plain (no quoting, every row as wide as the
-    header, every cell valid), read a column at a time; None otherwise. Profile tables have
-    tens of thousands of rows and the checked reader costs most of a short run's start-up;
-    it only has to run when something is wrong, to say what."""
+                    signed: tuple[str, ...]) -> Optional[dict[str, list]]:
+    """``_read_csv``'s columns when the file is plain (no quoting, every row as wide as the
+    header, every cell valid), split in one go and sliced a column at a time; None otherwise.
+    Profile tables have tens of thousands of rows and the checked reader costs most of a
+    short run's start-up; it only has to run when something is wrong, to say what."""
     try:
         data = read_text(path, error=ProfileError, what="profile table")
     except ProfileError:
@@ -98,33 +100,52 @@ def _read_plain_csv(path: Path, required: tuple[str, ...], text: tuple[str, ...]
     lines = data.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    if not lines or max(map(len, lines)) > csv.field_size_limit():    # csv's own limit
+    limit = csv.field_size_limit()      # csv's own limit (a longer line may hold a longer field)
+    if not lines or (len(data) > limit and max(map(len, lines)) > limit):
         return None
     header = lines[0].split(",")
     if any(c not in header for c in required):
         return None
+    body = lines[1:]
+    if "" in body:              # blank lines are skipped, as csv skips them
+        body = [line for line in body if line]
     width = len(header)
-    cells = [line.split(",") for line in lines[1:] if line]
-    if any(len(row) != width for row in cells):
+    # every row as wide as the header, so that the flat list of cells slices into columns
+    if body and set(map(str.count, body, itertools.repeat(","))) != {width - 1}:
         return None
-    columns = []
+    cells = ",".join(body).split(",") if body else []
+    columns = {}
+    for k in required:
+        col = cells[header.index(k)::width]
+        if k not in text:
+            col = _floats(col, k in signed)
+            if col is None:
+                return None
+        columns[k] = col
+    return columns
+
+
+def _floats(cells: list[str], signed: bool) -> Optional[list[float]]:
+    """``cells`` as floats, or None if one is not a finite number (or is negative, unless
+    ``signed``). A grid axis repeats a few values over thousands of rows: each distinct
+    string is converted once."""
+    distinct = set(cells)
     try:
-        for k in required:
-            i = header.index(k)
-            col = [row[i] for row in cells]
-            if k not in text:
-                col = list(map(float, col))
-                if not all(map(math.isfinite, col)) or (k not in signed and col and min(col) < 0):
-                    return None
-            columns.append(col)
+        if 4 * len(distinct) <= len(cells):
+            memo = {c: float(c) for c in distinct}
+            values, col = memo.values(), list(map(memo.__getitem__, cells))
+        else:
+            values = col = list(map(float, cells))
     except ValueError:
         return None
-    return [dict(zip(required, values)) for values in zip(*columns)]
+    if not all(map(math.isfinite, values)) or (not signed and values and min(values) < 0):
+        return None
+    return col
 
 
 def _read_checked_csv(path: Path, required: tuple[str, ...], text: tuple[str, ...],
-                      signed: tuple[str, ...]) -> list[dict]:
-    """The rows of ``_read_csv``, a cell at a time, raising on the first bad one."""
+                      signed: tuple[str, ...]) -> dict[str, list]:
+    """The columns of ``_read_csv``, read a cell at a time, raising on the first bad one."""
     at = [0]           # the file line csv is on (its own line_num lags behind on a csv.Error)
 
     def lines():
@@ -135,16 +156,16 @@ def _read_checked_csv(path: Path, required: tuple[str, ...], text: tuple[str, ..
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:
             raise ProfileError(f"missing column(s) {missing}", file=str(path), line=1)
-        rows = []
+        columns: dict[str, list] = {k: [] for k in required}
         for row in reader:
             if None in row:      # DictReader's key for fields beyond the header's
                 raise ProfileError(f"row has {len(reader.fieldnames) + len(row[None])} fields, the "
                                    f"header {len(reader.fieldnames)}", file=str(path), line=at[0])
-            rows.append({k: _cell(row.get(k), k, k in text, k in signed, path, at[0])
-                         for k in required})
+            for k in required:
+                columns[k].append(_cell(row.get(k), k, k in text, k in signed, path, at[0]))
     except csv.Error as exc:     # e.g. a field over csv's 128 KiB field limit
         raise ProfileError(f"not valid CSV ({exc})", file=str(path), line=at[0]) from None
-    return rows
+    return columns
 
 
 def _cell(value: Optional[str], column: str, is_text: bool, signed: bool, path: Path, line: int):
@@ -164,10 +185,10 @@ def _cell(value: Optional[str], column: str, is_text: bool, signed: bool, path: 
     return number
 
 
-def _by_layer(rows: list[dict], xkey: str) -> dict[str, Table1D]:
+def _by_layer(cols: dict[str, list], xkey: str) -> dict[str, Table1D]:
     groups: dict[str, dict[float, list[float]]] = {}
-    for r in rows:
-        groups.setdefault(r["layer"], {}).setdefault(r[xkey], []).append(r["time_us"])
+    for name, x, t in zip(cols["layer"], cols[xkey], cols["time_us"]):
+        groups.setdefault(name, {}).setdefault(x, []).append(t)
     # repeated rows of one size are averaged (no shipped bundle has any)
     return {name: Table1D(sorted(pts), [sum(pts[x]) / len(pts[x]) for x in sorted(pts)])
             for name, pts in groups.items()}
@@ -178,12 +199,14 @@ def _pow2(values) -> list[float]:
 
 
 def _attention(path: Path) -> AttentionTables:
-    rows = _read_csv(path, ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"))
-    pts = {(r["prefill_chunk"], r["kv_prefill"], r["n_decode"], r["kv_decode"]): r["time_us"] for r in rows}
-    P = _pow2(k[0] for k in pts)
-    K = [0.0] + _pow2(k[1] for k in pts)
-    N = _pow2(k[2] for k in pts)
-    KD = _pow2(k[3] for k in pts)
+    axes = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
+    cols = _read_csv(path, axes + ("time_us",))
+    # (chunk, kv_prefill, n_decode, kv_decode) -> time; a repeated point: the last row's
+    pts = dict(zip(zip(*(cols[a] for a in axes)), cols["time_us"]))
+    P = _pow2(cols["prefill_chunk"])
+    K = [0.0] + _pow2(cols["kv_prefill"])
+    N = _pow2(cols["n_decode"])
+    KD = _pow2(cols["kv_decode"])
     if not P or not N or not KD:
         raise ProfileError("attention grid lacks prefill or decode points", file=str(path))
 
@@ -244,9 +267,9 @@ def _skew(meta: dict, tp: int, path: Path, meta_path: Path) -> Optional[SkewFit]
     table = {}
     if path.exists():
         labels = ("n_label", "skew_rate_label", "kv_big_label", "kp_label")
-        for row in _read_csv(path, ("pc",) + labels + ("alpha",), text=labels, signed=("alpha",),
-                             allow_empty=True):
-            table[(row["pc"],) + tuple(row[k] for k in labels)] = row["alpha"]
+        cols = _read_csv(path, ("pc",) + labels + ("alpha",), text=labels, signed=("alpha",),
+                         allow_empty=True)
+        table = dict(zip(zip(cols["pc"], *(cols[k] for k in labels)), cols["alpha"]))
     return SkewFit(
         alpha_default=float(alpha_default), table=table,
         n_bins=axes.get("n_bins", []), n_labels=axes.get("n_labels", []),
@@ -257,10 +280,10 @@ def _skew(meta: dict, tp: int, path: Path, meta_path: Path) -> Optional[SkewFit]
 
 
 def _moe(path: Path) -> GridND:
-    rows = _read_csv(path, ("tokens", "activated_experts", "time_us"))
-    toks = sorted({r["tokens"] for r in rows})
-    experts = sorted({r["activated_experts"] for r in rows})
-    pts = {(r["tokens"], r["activated_experts"]): r["time_us"] for r in rows}
+    cols = _read_csv(path, ("tokens", "activated_experts", "time_us"))
+    toks = sorted(set(cols["tokens"]))
+    experts = sorted(set(cols["activated_experts"]))
+    pts = dict(zip(zip(cols["tokens"], cols["activated_experts"]), cols["time_us"]))
     vals = []
     for t in toks:                    # a row only lists experts reachable with t tokens: extend flat
         last, row = None, []

@@ -15,6 +15,7 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class RankLayout:
+    """Where an instance's ranks are: NPU ids, and the node split when it spans nodes."""
     npus: tuple                 # NPU id of rank r
     nodes: int = 1              # nodes the instance spans (1: the single-dimension network)
     gpus_per_node: int = 0      # dimension 0's size when nodes > 1

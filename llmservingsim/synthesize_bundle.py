@@ -29,12 +29,9 @@ from typing import Optional
 from .device_efficiency import EfficiencyFit, load_fit, op_synth_class, prefill_attention_work
 from .hardware import Device
 from .model_config import ModelSpec
-from .op_cost import attention_work, dense_work, moe_work, per_sequence_work
+from .op_cost import PER_SEQUENCE_OPS, attention_work, dense_ops, dense_work, moe_work, per_sequence_work
 from .profiles import ProfileBundle, load_bundle
 
-LLAMA_DENSE = ("embedding", "layernorm", "qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn",
-               "down_proj", "final_layernorm")
-MLP_OPS = ("gate_up_proj", "act_fn", "down_proj")
 MAX_TOKENS = 32768          # dense.csv sizes (linear extrapolation beyond, profiles.interp)
 MAX_SEQUENCES = 1024        # per_sequence.csv sizes
 MAX_CHUNK = 16384           # attention prefill chunks
@@ -57,14 +54,6 @@ def pow2(lo: int, hi: int) -> list[int]:
         out.append(p)
         p *= 2
     return out
-
-
-def dense_ops(model: ModelSpec) -> tuple:
-    """The dense.csv ops vLLM runs for this architecture (MoE models drop the dense MLP)."""
-    ops = [o for o in LLAMA_DENSE if not (model.is_moe and o in MLP_OPS)]
-    if model.qk_norm:
-        ops.insert(ops.index("rotary_emb"), "qk_norm")
-    return tuple(ops)
 
 
 def _max_kv(model: ModelSpec) -> int:
@@ -97,7 +86,7 @@ def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Option
            for op in dense_ops(model) for T in sizes(MAX_TOKENS)))
     write("per_sequence.csv", ["layer", "sequences", "time_us"],
           ([op, S, _fmt(roof[op_synth_class(op)].time_us(per_sequence_work(model, op, S, tp)))]
-           for op in ("lm_head", "sampler") for S in sizes(MAX_SEQUENCES)))
+           for op in PER_SEQUENCE_OPS for S in sizes(MAX_SEQUENCES)))
     kv_max = _max_kv(model)
     chunks, kvs, decodes = pow2(16, MAX_CHUNK), pow2(16, kv_max), pow2(1, 256)
     pre, dec = roof["attention_prefill"], roof["attention_decode"]

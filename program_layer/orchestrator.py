@@ -77,6 +77,7 @@ class ProgramResult:
 
 @dataclass(frozen=True, slots=True)
 class _InFlight:
+    """A released call not yet finished: its program, instance and the priority it ran with."""
     program_id: int
     call_index: int
     instance: int

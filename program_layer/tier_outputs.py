@@ -3,14 +3,13 @@ metrics in summary.json (``kv_tiers``) and calls.csv (``<tier>_hit_tokens``, ``k
 A run without ``kv_tiers`` gets neither, so its outputs stay byte-identical."""
 from __future__ import annotations
 
-from llmservingsim.kv_tiers import attach_tiers
-
-from .tier_config import build_tier_stores
-
 __all__ = ["attach_cluster_tiers", "tier_summary", "add_tier_columns"]
 
 
 def attach_cluster_tiers(cluster, cfg: dict, device, mem, gpus_per_instance: int, hooks) -> None:
+    from llmservingsim.kv_tiers import attach_tiers      # a run without kv_tiers never loads it
+
+    from .tier_config import build_tier_stores
     rank_bytes = mem.kv_bytes_per_token * mem.block_size
     stores = build_tier_stores(cfg, device, rank_bytes * gpus_per_instance, len(cluster.instances),
                                gpus_per_instance)

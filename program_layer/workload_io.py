@@ -21,6 +21,7 @@ from llmservingsim.tokens import TokenStream
 
 @dataclass
 class ProgramSpec:
+    """One program of a workload: its arrival and its calls in order."""
     program_id: int
     session_id: str
     arrival_ns: int

@@ -1,6 +1,7 @@
 """Measure one model's bundle at one TP degree on the local device and write it in the format
 of docs/profile-bundles.md: ``<out>/<HARDWARE>/<model>/bf16/tp<N>/{dense,per_sequence,
-attention}.csv`` and ``meta.yaml`` (provenance per TP degree under ``measurements``).
+attention}.csv``, ``moe.csv`` for a mixture-of-experts model, and ``meta.yaml`` (provenance
+per TP degree under ``measurements``).
 
 Invariants:
 - every written time is a measurement of this run (timing.Timer), except the mixed attention
@@ -28,8 +29,10 @@ import yaml
 
 from ..errors import ConfigError, load_yaml
 from ..model_config import ModelSpec
+from ..op_cost import PER_SEQUENCE_OPS, dense_ops
 from .grids import Grid
-from .ops import PER_SEQUENCE_OPS, Attention, OpFactory, RankShapes, dense_op_names
+from .moe import MoELayer
+from .ops import Attention, OpFactory, RankShapes
 from .timing import Timer
 
 PROFILER = "agentservesim profile measure"
@@ -57,9 +60,6 @@ class Progress:
 def measure_bundle(model: ModelSpec, tp: int, out_root: Path, hardware: str, device: torch.device,
                    grid: Grid, timer: Timer, command: str, progress: Optional[Progress] = None) -> Path:
     """Measure and write the bundle; returns its ``tp<N>`` folder."""
-    if model.is_moe:
-        raise ConfigError(f"{model.name} is a mixture-of-experts model; profile measure covers dense "
-                          f"models (moe.csv is not measured yet)", key="--model")
     shapes = RankShapes.of(model, tp)
     base = Path(out_root) / hardware / model.name / "bf16"
     dst = base / f"tp{tp}"
@@ -74,7 +74,7 @@ def measure_bundle(model: ModelSpec, tp: int, out_root: Path, hardware: str, dev
     staging.mkdir(parents=True)
     started = time.monotonic()
     _write(staging / "dense.csv", ("layer", "tokens", "time_us"),
-           _sweep(progress, "dense.csv", [(op, t) for op in dense_op_names(shapes) for t in grid.tokens],
+           _sweep(progress, "dense.csv", [(op, t) for op in dense_ops(model) for t in grid.tokens],
                   lambda op, t: timer.measure(op, ops.dense(op, t))))
     _write(staging / "per_sequence.csv", ("layer", "sequences", "time_us"),
            _sweep(progress, "per_sequence.csv", [(op, n) for op in PER_SEQUENCE_OPS for n in grid.sequences],
@@ -86,8 +86,17 @@ def measure_bundle(model: ModelSpec, tp: int, out_root: Path, hardware: str, dev
     rows = [(c, k, 0, 0, t) for c, k, t in pre] + [(0, 0, n, k, t) for n, k, t in dec]
     rows += [(c, k, n, kd, tp_ + td) for c, k, tp_ in pre for n, kd, td in dec]
     _write(staging / "attention.csv", ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"), rows)
+    moe_record, moe_points = None, None
+    if model.is_moe:
+        layer = MoELayer(shapes, device)
+        moe_points = grid.moe_points(shapes.num_experts, shapes.top_k)
+        _write(staging / "moe.csv", ("tokens", "activated_experts", "time_us"),
+               _sweep(progress, "moe.csv", moe_points, lambda t, a: timer.measure("moe", layer(t, a))))
+        moe_record = {"routing": "router GEMM, softmax top-k (renormalised weights); expert ids from the "
+                                 "balanced assignment pair t*k+j -> expert (t*k+j) mod activated_experts",
+                      "grouped_gemm": layer.gemm}
     record = {"profiled_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": command, "grid": grid.describe(), "rank_shapes": shapes.describe(),
+              "command": command, "grid": grid.describe(moe_points), "rank_shapes": shapes.describe(),
               "attention_backend": attn.backend,
               "attention_mixed": "sum of the measured prefill-only and decode-only times (the backend runs "
                                  "a mixed batch as two kernels)",
@@ -95,6 +104,9 @@ def measure_bundle(model: ModelSpec, tp: int, out_root: Path, hardware: str, dev
               "not_measured": ["collectives (TP all-reduce: the network model adds them)",
                                "framework overhead per step (hardware/overhead/<device>.yaml)",
                                "skew of uneven decode lengths (no skew fit)"]}
+    if moe_record:
+        record["moe"] = moe_record
+        record["not_measured"].append("uneven expert load (moe.csv: balanced routing)")
     _write_meta(base / "meta.yaml", model, hardware, tp, device, record)
     os.replace(staging, dst)
     return dst

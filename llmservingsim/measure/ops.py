@@ -38,6 +38,9 @@ class RankShapes:
     vocab_shard: int
     vocab: int
     qk_norm: bool
+    num_experts: int = 0         # mixture of experts: all E on the rank, each expert's width / tp
+    top_k: int = 0
+    moe_intermediate: int = 0
 
     @classmethod
     def of(cls, model: ModelSpec, tp: int) -> "RankShapes":
@@ -46,29 +49,29 @@ class RankShapes:
         if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
             raise ConfigError(f"{model.name} has {model.num_heads} attention heads and {model.num_kv_heads} KV "
                               f"heads; TP={tp} does not divide them (vLLM requires it)", key="--tp")
-        if model.intermediate_size % tp:
-            raise ConfigError(f"{model.name}'s intermediate_size {model.intermediate_size} is not divisible "
-                              f"by TP={tp}", key="--tp")
+        mlp_key, mlp = (("moe_intermediate_size", model.moe_intermediate_size) if model.is_moe
+                        else ("intermediate_size", model.intermediate_size))
+        if mlp % tp:
+            raise ConfigError(f"{model.name}'s {mlp_key} {mlp} is not divisible by TP={tp}", key="--tp")
+        if model.is_moe and not 1 <= model.experts_per_token <= model.num_experts:
+            raise ConfigError(f"{model.name} has {model.num_experts} experts and num_experts_per_tok "
+                              f"{model.experts_per_token}; need 1 <= k <= experts", key="--model")
         return cls(hidden=model.hidden_size, q_heads=model.num_heads // tp,
                    kv_heads=max(model.num_kv_heads // tp, 1), head_dim=model.head_dim,
-                   intermediate=model.intermediate_size // tp, vocab_shard=-(-model.vocab_size // tp),
-                   vocab=model.vocab_size, qk_norm=model.qk_norm)
+                   intermediate=0 if model.is_moe else model.intermediate_size // tp,
+                   vocab_shard=-(-model.vocab_size // tp), vocab=model.vocab_size, qk_norm=model.qk_norm,
+                   num_experts=model.num_experts, top_k=model.experts_per_token,
+                   moe_intermediate=model.moe_intermediate_size // tp if model.is_moe else 0)
 
     def describe(self) -> dict:
-        return {"hidden": self.hidden, "q_heads": self.q_heads, "kv_heads": self.kv_heads,
-                "head_dim": self.head_dim, "intermediate": self.intermediate,
-                "vocab_shard": self.vocab_shard, "sampler_vocab": self.vocab}
-
-
-def dense_op_names(s: RankShapes) -> list[str]:
-    """The dense.csv ops of a dense (non-MoE) model, in layer order."""
-    names = ["embedding", "layernorm", "qkv_proj"]
-    if s.qk_norm:
-        names.append("qk_norm")
-    return names + ["rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down_proj", "final_layernorm"]
-
-
-PER_SEQUENCE_OPS = ("lm_head", "sampler")
+        out = {"hidden": self.hidden, "q_heads": self.q_heads, "kv_heads": self.kv_heads,
+               "head_dim": self.head_dim, "intermediate": self.intermediate,
+               "vocab_shard": self.vocab_shard, "sampler_vocab": self.vocab}
+        if self.num_experts:
+            del out["intermediate"]          # no dense MLP
+            out.update(experts=self.num_experts, experts_per_token=self.top_k,
+                       expert_intermediate=self.moe_intermediate)
+        return out
 
 
 def _randn(*shape, device) -> torch.Tensor:

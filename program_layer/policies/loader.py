@@ -10,7 +10,6 @@ Every mistake raises ``ConfigError`` with key ``policies.<axis>``.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -138,6 +137,8 @@ def _split_spec(spec: Any, axis: str, key: str) -> tuple[str, dict]:
 
 
 def _checked_params(cls: type, params: dict, key: str) -> dict:
+    if not params:          # nothing to check (and a class without __init__ would have inspect
+        return params       # parse object.__init__'s text signature, compiling tokenize's regexes)
     sig = inspect.signature(cls.__init__)
     allowed = [n for n, p in sig.parameters.items() if n != "self" and p.kind in (
         p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
@@ -186,6 +187,7 @@ def _exec_file(path: Path, key: str):
     path = path.resolve()
     if not path.is_file():
         raise ConfigError(f"policy file not found: {path}", key=key)
+    import hashlib
     mod_name = "_agentservesim_policy_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)

@@ -56,6 +56,7 @@ _KEY = "policies.retention"
 
 @dataclass(frozen=True, slots=True)
 class WasteProfile:
+    """A forward pass's time as InferCept profiles it: ``a * tokens + c`` ms, saturating at ``S`` tokens."""
     a: float      # ms per token (forward-time slope)
     c: float      # ms (forward-time intercept)
     S: int        # chunked-prefill budget: tokens per saturated forward pass

@@ -7,7 +7,6 @@ bug upstream and raises instead of silently writing ``12.0``).
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Iterable
 
@@ -136,6 +135,7 @@ def workload_stats(records: list[dict]) -> dict:
 
 
 def _program_stats(programs: list[dict]) -> dict:
+    import statistics          # only `workload stats` needs it, not a run reading a workload
     calls = [c for p in programs for c in p["sub_requests"]]
     per_program = [len(p["sub_requests"]) for p in programs]
     gaps = [c["tool_duration_ns"] for p in programs for c in p["sub_requests"][:-1]]

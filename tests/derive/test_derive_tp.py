@@ -55,6 +55,38 @@ def test_derivation_is_byte_identical_and_says_where_from(derived_root, tmp_path
     assert "Generated from ../tp1" in (out / "PROVENANCE.md").read_text()
 
 
+def _shipped_derived() -> list[tuple[str, str, int, int]]:
+    """(device, model, tp, source tp) of every derived folder in the profile tree."""
+    import re
+    out = []
+    for note in sorted(profiles_dir().glob("*/*/*/bf16/tp*/PROVENANCE.md")):
+        m = re.search(r"Generated from \.\./tp(\d+)", note.read_text(encoding="utf-8"))
+        if m:
+            tp_dir = note.parent
+            rel = tp_dir.relative_to(profiles_dir()).parts
+            out.append((rel[0], f"{rel[1]}/{rel[2]}", int(tp_dir.name[2:]), int(m.group(1))))
+    return out
+
+
+def test_the_shipped_b200_70b_tp2_is_a_derived_bundle():
+    assert _shipped_derived() == [("B200", "meta-llama/Llama-3.1-70B", 2, 1)]
+
+
+@pytest.mark.parametrize("hw, model, tp, src_tp", _shipped_derived(), ids=lambda v: str(v))
+def test_every_shipped_derived_bundle_is_todays_derivation(tmp_path, hw, model, tp, src_tp):
+    """A derived folder checked into profiles/ is byte for byte what derive_bundle writes now
+    (docs/derived-bundles.md: the B200 70B tp2 went stale once, when the derivation changed
+    and the folder did not; regenerate with the command in its PROVENANCE.md)."""
+    src = profiles_dir() / hw / model / "bf16"
+    dst = tmp_path / hw / model / "bf16"
+    shutil.copytree(src / f"tp{src_tp}", dst / f"tp{src_tp}")
+    shutil.copy(src / "meta.yaml", dst / "meta.yaml")
+    out = derive(hw, model, tp, root=tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in (src / f"tp{tp}").iterdir())
+    for p in out.iterdir():
+        assert p.read_bytes() == (src / f"tp{tp}" / p.name).read_bytes(), p.name
+
+
 def test_a_measured_bundle_is_never_replaced(tmp_path):
     src = profiles_dir() / HW / MODEL / "bf16"
     dst = tmp_path / HW / MODEL / "bf16"

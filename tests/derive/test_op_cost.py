@@ -183,3 +183,37 @@ def test_derived_times_are_positive_and_non_increasing_in_tp(op, size, ctx, t_m,
     assert times[0] == pytest.approx(t_m)
     assert all(t > 0 and math.isfinite(t) for t in times)
     assert all(b <= a * (1 + 1e-12) for a, b in zip(times, times[1:]))
+
+
+def test_dense_ops_are_the_layer_order_of_each_architecture():
+    """op_cost.dense_ops is the one op list the profiler and the synthesis write (layer order)."""
+    from llmservingsim.model_config import load_model
+    from llmservingsim.op_cost import PER_SEQUENCE_OPS, dense_ops
+    assert dense_ops(load_model("meta-llama/Llama-3.1-8B")) == (
+        "embedding", "layernorm", "qkv_proj", "rotary_emb", "o_proj", "gate_up_proj", "act_fn", "down_proj",
+        "final_layernorm")
+    assert dense_ops(load_model("Qwen/Qwen3-32B")) == (
+        "embedding", "layernorm", "qkv_proj", "qk_norm", "rotary_emb", "o_proj", "gate_up_proj", "act_fn",
+        "down_proj", "final_layernorm")
+    assert dense_ops(load_model("Qwen/Qwen3-30B-A3B-Instruct-2507")) == (      # no dense MLP
+        "embedding", "layernorm", "qkv_proj", "qk_norm", "rotary_emb", "o_proj", "final_layernorm")
+    assert PER_SEQUENCE_OPS == ("lm_head", "sampler") and set(dense_ops(load_model("meta-llama/Llama-3.1-8B"))) < DENSE_OPS
+
+
+def test_every_measured_bundle_holds_exactly_its_dense_ops():
+    import csv
+
+    from llmservingsim.model_config import load_model
+    from llmservingsim.op_cost import PER_SEQUENCE_OPS, dense_ops
+    from llmservingsim.paths import profiles_dir
+    from llmservingsim.profiles import measured_tps
+    seen = 0
+    for base in sorted(profiles_dir().glob("*/*/*/bf16")):
+        model = load_model(f"{base.parts[-3]}/{base.parts[-2]}")
+        for tp in measured_tps(base):
+            with open(base / f"tp{tp}" / "dense.csv", newline="") as f:
+                assert {r["layer"] for r in csv.DictReader(f)} == set(dense_ops(model)), base
+            with open(base / f"tp{tp}" / "per_sequence.csv", newline="") as f:
+                assert {r["layer"] for r in csv.DictReader(f)} == set(PER_SEQUENCE_OPS), base
+            seen += 1
+    assert seen == 11

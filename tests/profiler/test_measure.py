@@ -121,14 +121,9 @@ def test_cpu_bundle_has_the_tiny_grid_and_loads(measured):
     assert not list(tp1.parent.glob(".tp*.partial"))
 
 
-def test_agentservesim_run_accepts_the_measured_bundle(measured, tmp_path):
-    from program_layer.cli import main
+def test_agentservesim_run_accepts_the_measured_bundle(measured, run_on_bundle):
     tmp, cfg, root, _ = measured
-    config = tmp_path / "cfg.yaml"
-    config.write_text(f"model: {cfg}\nhardware: RTX4090\nparallelism: {{tp: 1}}\nprofiles: {root}\n"
-                      "workload: {generator: bfcl, programs: 2, rate_jps: 1.0, seed: 0}\nseed: 0\n")
-    assert main(["run", str(config), "--quiet", "--out", str(tmp_path / "out")]) == 0
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    summary = run_on_bundle(cfg, root, 1)
     assert summary["bundle"] == {"path": "RTX4090/test/Tiny-2L/bf16/tp1", "provenance": "measured"}
 
 
