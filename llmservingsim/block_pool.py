@@ -19,6 +19,11 @@ Invariants
 - Blocks are created on first use (``FreeBlockQueue.fresh``): a pool costs O(1) until its
   blocks are needed, so idle instances of a large cluster cost almost nothing, with the same
   order and results as a pool whose blocks all exist from the start.
+- A hash's primary block changes only when that block's content is dropped (``cached[h]``
+  is otherwise only added by a publish). ``PrefixMemo`` builds on that: a token stream's
+  memo lists the primaries of its leading hashes, and every drop of one of them cuts the
+  memo back (through the block's ``memo`` / ``memo_pos`` back-pointer), so a prefix lookup
+  reads the memo instead of looking its hashes up again, with the same result.
 """
 from __future__ import annotations
 
@@ -28,13 +33,10 @@ from typing import Callable, Iterable, Optional
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
 COMPACT_SLACK = 1024
-# content drops a pool remembers (BlockPool.dropped_since: a prefix lookup stays valid while
-# none of its blocks was dropped)
-DROP_LOG_LENGTH = 8192
 
 
 class KVBlock:
-    __slots__ = ("block_id", "ref_cnt", "entry_refs", "block_hash", "free_run")
+    __slots__ = ("block_id", "ref_cnt", "entry_refs", "block_hash", "free_run", "memo", "memo_pos")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
@@ -42,6 +44,8 @@ class KVBlock:
         self.entry_refs = 0     # of ref_cnt, the references retained entries hold
         self.block_hash: Optional[int] = None
         self.free_run: Optional["_Run"] = None   # only touched by FreeBlockQueue
+        self.memo: Optional["PrefixMemo"] = None  # the memo that last listed it, at memo_pos
+        self.memo_pos = 0
 
     def __repr__(self) -> str:
         return f"KVBlock({self.block_id}, ref={self.ref_cnt}, hash={'y' if self.block_hash is not None else 'n'})"
@@ -51,12 +55,16 @@ class _Run:
     """Blocks that entered the free queue together, in queue order, read from ``pos`` on.
     ``blocks[i]`` (i >= pos) is in the queue iff its ``free_run`` is this run: a block taken
     out of the middle (a cache hit) only forgets its run, and when it is freed again it
-    joins a new run, so its old place reads as empty."""
-    __slots__ = ("blocks", "pos")
+    joins a new run, so its old place reads as empty. A block taken from the front keeps
+    naming the run (its place is behind ``pos``, never read again). ``live`` counts the
+    blocks in the queue: when it is ``len(blocks) - pos`` the run has no empty place and
+    the front takes a slice of it without reading a block."""
+    __slots__ = ("blocks", "pos", "live")
 
     def __init__(self, blocks: list):
         self.blocks = blocks
         self.pos = 0
+        self.live = len(blocks)
 
 
 class _FreshRun:
@@ -121,11 +129,26 @@ class FreeBlockQueue:
             run = _Run(blocks)
             for b in blocks:
                 b.free_run = run
-            place(run)
-            self.num_free += len(blocks)
-            self._places += len(blocks)
-            if self._places > 2 * self.num_free + self.compact_slack:
-                self._compact()
+            self._place(run, place)
+
+    def open_run(self) -> _Run:
+        """An empty run for a caller that frees blocks one by one: it appends each to
+        ``run.blocks`` and sets its ``free_run`` to the run as it goes (one pass over the
+        blocks instead of two), then hands it to ``close_run``."""
+        return _Run([])
+
+    def close_run(self, run: _Run) -> None:
+        """Add an ``open_run`` run, filled, at the back."""
+        if run.blocks:
+            run.live = len(run.blocks)
+            self._place(run, self.runs.append)
+
+    def _place(self, run: _Run, place) -> None:
+        place(run)
+        self.num_free += run.live
+        self._places += run.live
+        if self._places > 2 * self.num_free + self.compact_slack:
+            self._compact()
 
     def append(self, block: KVBlock) -> None:
         self.extend([block])
@@ -141,6 +164,7 @@ class FreeBlockQueue:
     def take(self, blocks: list) -> None:
         """Take these free blocks out of their places (a context's cache hits at once)."""
         for b in blocks:
+            b.free_run.live -= 1
             b.free_run = None
         self.num_free -= len(blocks)
 
@@ -159,25 +183,33 @@ class FreeBlockQueue:
             run = runs[0]
             if type(run) is _FreshRun:
                 k = min(n - len(out), run.hi - run.lo)
-                out.extend(run.make(run.lo, run.lo + k))
+                out += run.make(run.lo, run.lo + k)
                 run.lo += k
                 if run.lo == run.hi:
                     runs.popleft()
                 continue
             blocks, pos = run.blocks, run.pos
             end = len(blocks)
-            while pos < end:
-                b = blocks[pos]
-                pos += 1
-                if b.free_run is run:
-                    b.free_run = None
-                    out.append(b)
-                    if len(out) == n:
-                        break
+            if run.live == end - pos:       # no empty place: a slice
+                k = min(n - len(out), end - pos)
+                out += blocks[pos:pos + k]
+                run.live -= k
+                pos += k
+            else:
+                got = len(out)
+                while pos < end:
+                    b = blocks[pos]
+                    pos += 1
+                    if b.free_run is run:
+                        out.append(b)
+                        if len(out) == n:
+                            break
+                run.live -= len(out) - got
             places -= pos - run.pos
             run.pos = pos
             if pos == end:
                 runs.popleft()
+                run.blocks = []         # its blocks may still name it: hold nothing
         self._places = places
         self.num_free -= n
         return out
@@ -198,7 +230,10 @@ class FreeBlockQueue:
         places = 0
         for run in self.runs:
             if type(run) is not _FreshRun:
-                run.blocks = [b for b in run.blocks[run.pos:] if b.free_run is run]
+                if run.live < len(run.blocks) - run.pos:
+                    run.blocks = [b for b in run.blocks[run.pos:] if b.free_run is run]
+                elif run.pos:
+                    run.blocks = run.blocks[run.pos:]
                 run.pos = 0
                 if not run.blocks:
                     continue
@@ -208,11 +243,41 @@ class FreeBlockQueue:
         self._places = places
 
 
+class PrefixMemo:
+    """What one token stream's leading block hashes resolve to in one pool, kept so that a
+    prefix lookup (every admission check of a waiting request, and each call of a program,
+    whose prompt extends the context its previous call published) need not look them up again.
+
+    Invariant: for every ``i < valid``, ``blocks[i]`` is ``cached[hashes[i]]`` (the primary
+    of the stream's i-th hash), ``blocks[i].memo is self`` and ``blocks[i].memo_pos == i``;
+    places from ``valid`` on are stale. ``hashes`` is the stream's hash chain (read by checks
+    only). The pool keeps this true at the only events that can break it: a listed block's
+    content is dropped (``valid`` is cut back to its place: a hash's primary changes only when
+    it is dropped), and another memo lists the block (it is first cut out of this one).
+    ``cuts`` counts those cuts: while it is unchanged, ``blocks[:k]`` for any k at most
+    ``valid`` are the same blocks (places are only appended after ``valid``)."""
+    __slots__ = ("blocks", "valid", "hashes", "cuts")
+
+    def __init__(self, hashes: list):
+        self.blocks: list[KVBlock] = []
+        self.valid = 0
+        self.hashes = hashes
+        self.cuts = 0
+
+    def cut(self, block: KVBlock) -> None:
+        """``block`` (whose ``memo`` is this one) stops being listed: cut back to its place
+        if it is in the listed prefix (a stale back-pointer is ignored)."""
+        p = block.memo_pos
+        if p < self.valid and self.blocks[p] is block:
+            self.valid = p
+            self.cuts += 1
+
+
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
     __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
-                 "null_block", "drop_epoch", "free_epoch", "entry_only", "_drop_log")
+                 "null_block", "drop_epoch", "free_epoch", "entry_only")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -225,8 +290,7 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.null_block = self.free_queue.popleft()
         self.null_block.ref_cnt = 1
-        self.drop_epoch = 0     # counts content drops: cached lookups stay valid while unchanged
-        self._drop_log: list[KVBlock] = []      # the blocks of the last len(_drop_log) drops
+        self.drop_epoch = 0     # changes with every batch of content drops
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
         self.entry_only = 0     # blocks only retained entries hold (0 < entry_refs == ref_cnt)
 
@@ -266,42 +330,56 @@ class BlockPool:
         if n > self.free_queue.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.free_queue.num_free} free")
         out = self.free_queue.popleft_n(n)
+        # one pass: each block's reference, and its content dropped (_drop_contents, inlined:
+        # most popped blocks still hold content, usually the only block of their hash)
+        cached = self.cached
+        copies = self.copies
+        dropped = False
         for block in out:
-            if block.block_hash is not None:
-                self._drop_content(block)
             block.ref_cnt = 1
+            h = block.block_hash
+            if h is not None:
+                block.block_hash = None
+                if copies and h in copies:
+                    self._drop_copy(block, h)
+                else:
+                    del cached[h]
+                memo = block.memo
+                if memo is not None:        # PrefixMemo.cut, inlined
+                    p = block.memo_pos
+                    if p < memo.valid and memo.blocks[p] is block:
+                        memo.valid = p
+                        memo.cuts += 1
+                dropped = True
+        if dropped:
+            self.drop_epoch += 1
         return out
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
-        free = []
+        taken = 0
         entry_only = 0
         for block in blocks:
             r = block.ref_cnt
-            if r == 0:
-                free.append(block)
+            if r == 0:          # FreeBlockQueue.take, inlined (one pass over the hits)
+                block.free_run.live -= 1
+                block.free_run = None
+                taken += 1
             elif r == block.entry_refs:     # held by entries alone until now
                 entry_only += 1
             block.ref_cnt = r + 1
-        self.free_queue.take(free)
+        self.free_queue.num_free -= taken
         self.entry_only -= entry_only
 
     def pin(self, blocks: Iterable[KVBlock]) -> None:
-        """A retained entry takes over one reference of each block (``ref_cnt`` unchanged)."""
+        """A retained entry takes over one reference of each block (``ref_cnt`` unchanged).
+        The reference it takes over is not an entry's, so no block was entry-only before;
+        it is after iff every reference is now an entry's."""
         delta = 0
         for block in blocks:
-            e = block.entry_refs
-            if not e:                       # the usual case: no entry held it yet
-                block.entry_refs = 1
-                if block.ref_cnt == 1:
-                    delta += 1
-                continue
-            r = block.ref_cnt
-            if r == e:
-                delta -= 1
-            e += 1
+            e = block.entry_refs + 1
             block.entry_refs = e
-            if r == e:
+            if block.ref_cnt == e:
                 delta += 1
         self.entry_only += delta
 
@@ -312,92 +390,175 @@ class BlockPool:
         in that order, or, with ``drop_content``, those that had content its front (the
         last freed first, as one ``appendleft`` each would place them)."""
         self.free_epoch += 1
-        delta = 0
-        back = []
-        front = []
-        for block in ordered:
-            r = block.ref_cnt - 1
-            block.ref_cnt = r
-            if pinned:
+        if drop_content:        # queued below, once it is known which keep content
+            freed = []
+            queue = run = None
+        else:       # the usual case: the freed blocks form one run at the back, built here
+            queue = self.free_queue
+            run = queue.open_run()
+            freed = run.blocks
+        if pinned:
+            # a block the entry held last was entry-only (ref_cnt == entry_refs == 1); one
+            # that stays held changes ref_cnt and entry_refs alike, so stays what it was
+            for block in ordered:
+                r = block.ref_cnt - 1
+                block.ref_cnt = r
                 block.entry_refs -= 1
-                if r == 0:                  # the entry was its last holder
-                    delta -= 1
-            elif r and r == block.entry_refs:   # entries alone hold it now
-                delta += 1
-            if r == 0:
-                if drop_content and block.block_hash is not None:
-                    self._drop_content(block)
-                    front.append(block)
-                else:
-                    back.append(block)
-        self.entry_only += delta
+                if not r:
+                    freed.append(block)
+                    block.free_run = run
+            self.entry_only -= len(freed)
+        else:
+            delta = 0
+            for block in ordered:
+                r = block.ref_cnt - 1
+                block.ref_cnt = r
+                if not r:
+                    freed.append(block)
+                    block.free_run = run
+                elif r == block.entry_refs:     # entries alone hold it now
+                    delta += 1
+            self.entry_only += delta
+        if queue is not None:
+            queue.close_run(run)
+            return
+        front = [b for b in freed if b.block_hash is not None]
         if front:
+            freed = [b for b in freed if b.block_hash is None]
+            self._drop_contents(front)
             front.reverse()
             self.free_queue.extendleft(front)
-        self.free_queue.extend(back)
+        self.free_queue.extend(freed)
 
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         self.cache_blocks((block,), (block_hash,))
 
-    def cache_blocks(self, blocks: Iterable[KVBlock], hashes: Iterable[int]) -> None:
+    def cache_blocks(self, blocks: list[KVBlock], hashes: list[int],
+                     memo: Optional[PrefixMemo] = None, start: int = 0) -> None:
         """Publish each block under the hash beside it; a block that already has content
-        keeps it."""
+        keeps it. ``memo``: the blocks are its stream's blocks ``start ..``; while they
+        continue its listed prefix as primaries, it lists them (a block without content
+        is in no memo's listed prefix, so none loses it)."""
         if not self.enable_caching:
             return
         setdefault = self.cached.setdefault
-        for block, block_hash in zip(blocks, hashes):
-            if block.block_hash is not None:
-                continue
-            block.block_hash = block_hash
-            primary = setdefault(block_hash, block)
-            if primary is not block:
-                self.copies.setdefault(block_hash, []).append(block)
+        pairs = zip(blocks, hashes)
+        if memo is not None and memo.valid == start:
+            i = start
+            for block, block_hash in pairs:
+                if block.block_hash is not None:
+                    break
+                block.block_hash = block_hash
+                if setdefault(block_hash, block) is not block:
+                    self.copies.setdefault(block_hash, []).append(block)
+                    break
+                block.memo = memo
+                block.memo_pos = i
+                i += 1
+            listed = memo.blocks
+            del listed[start:]
+            listed += blocks[:i - start]
+            memo.valid = i
+        for block, block_hash in pairs:     # the rest: published, not listed
+            if block.block_hash is None:
+                block.block_hash = block_hash
+                if setdefault(block_hash, block) is not block:
+                    self.copies.setdefault(block_hash, []).append(block)
 
-    def _log_drop(self, block: KVBlock) -> None:
+    def memo_of(self, stream) -> PrefixMemo:
+        """The stream's memo in this pool (created empty on first use)."""
+        memos = stream.memos
+        if memos is None:
+            memos = stream.memos = {}
+        memo = memos.get(self)
+        if memo is None:
+            memo = memos[self] = PrefixMemo(stream.block_hashes(0))
+        return memo
+
+    def look_up(self, memo: PrefixMemo, hashes: list, n: int) -> list[KVBlock]:
+        """The primaries of ``hashes[memo.valid:n]`` up to the first hash not cached; the
+        memo lists them (up to a block it lists already: a repeated hash ends its prefix)."""
+        k = k0 = memo.valid
+        # the lookups run in C, a chunk at a time (a prompt's cached part is a prefix:
+        # after the first miss nothing is looked up beyond its chunk)
+        get = self.cached.get
+        found: list[KVBlock] = []
+        chunk = 8
+        while k < n:
+            part = list(map(get, hashes[k:min(n, k + chunk)]))
+            if None in part:
+                found.extend(part[:part.index(None)])
+                break
+            found.extend(part)
+            k += len(part)
+            chunk *= 4
+        listed = memo.blocks
+        del listed[k0:]
+        i = k0
+        for block in found:
+            old = block.memo
+            if old is not None:
+                p = block.memo_pos
+                if old is memo:
+                    if p < i and listed[p] is block:
+                        break
+                else:
+                    old.cut(block)
+            block.memo = memo
+            block.memo_pos = i
+            listed.append(block)
+            i += 1
+        memo.valid = i
+        return found
+
+    def _drop_contents(self, blocks: list[KVBlock]) -> None:
+        """Unpublish these blocks (each has content): a hash's primary gives its place to the
+        oldest copy; a memo listing one is cut back to its place."""
         self.drop_epoch += 1
-        log = self._drop_log
-        log.append(block)
-        if len(log) > DROP_LOG_LENGTH:          # older lookups simply look again
-            del log[:len(log) // 2]
+        cached = self.cached
+        copies = self.copies
+        for block in blocks:
+            h = block.block_hash
+            block.block_hash = None
+            if copies and h in copies:
+                self._drop_copy(block, h)
+            else:                       # the usual case: the hash's only block
+                del cached[h]
+            memo = block.memo
+            if memo is not None:
+                memo.cut(block)
 
-    def dropped_since(self, epoch: int) -> Optional[list[KVBlock]]:
-        """The blocks whose content was dropped since ``drop_epoch`` was ``epoch`` (None if
-        that is older than the log keeps)."""
-        back = self.drop_epoch - epoch
-        if back > len(self._drop_log):
-            return None
-        return self._drop_log[len(self._drop_log) - back:]
-
-    def _drop_content(self, block: KVBlock) -> None:
-        self._log_drop(block)
-        h = block.block_hash
-        block.block_hash = None
-        if self.cached.get(h) is block:
-            copies = self.copies.get(h)
-            if copies:
-                self.cached[h] = copies.pop(0)
-                if not copies:
-                    del self.copies[h]
-            else:
-                del self.cached[h]
+    def _drop_copy(self, block: KVBlock, h: int) -> None:
+        """Unpublish ``block`` (content ``h``, already cleared on the block) of a hash that
+        has copies: the primary gives its place to the oldest copy."""
+        others = self.copies[h]
+        if self.cached[h] is block:
+            self.cached[h] = others.pop(0)
         else:
-            copies = self.copies[h]
-            copies.remove(block)
-            if not copies:
-                del self.copies[h]
+            others.remove(block)
+        if not others:
+            del self.copies[h]
 
     def check_invariants(self) -> None:
         """Conservation checks used by tests (O(num_blocks))."""
         in_queue = set(self.free_queue.block_ids())
         assert len(in_queue) == self.free_queue.num_free
+        memos = {}
         for b in self.blocks[1:]:
             assert b.ref_cnt >= 0, b
             assert 0 <= b.entry_refs <= b.ref_cnt, b
             assert (b.ref_cnt == 0) == (b.block_id in in_queue), b
             if b.block_hash is not None:
                 assert self.cached.get(b.block_hash) is b or b in self.copies.get(b.block_hash, ()), b
+            if b.memo is not None:
+                memos[id(b.memo)] = b.memo
         assert self.entry_only == sum(1 for b in self.blocks[1:] if 0 < b.entry_refs == b.ref_cnt)
         for h, b in self.cached.items():
             assert b.block_hash == h
         for h, bs in self.copies.items():
             assert bs and h in self.cached and all(b.block_hash == h for b in bs)
+        for memo in memos.values():
+            for i in range(memo.valid):
+                b = memo.blocks[i]
+                assert b.memo is memo and b.memo_pos == i, (b, i)
+                assert self.cached.get(memo.hashes[i]) is b, (b, i)

@@ -30,7 +30,7 @@ MIN_STEPS = 3
 # Planning a run costs O(batch) up front, so a run is only attempted when the time to the
 # next event holds at least this many steps of the last step's length (a cheap estimate;
 # declining never changes results, only speed).
-MIN_GAP_STEPS = 8
+MIN_GAP_STEPS = 4
 
 
 def try_fast_forward(inst, nxt) -> bool:
@@ -48,45 +48,40 @@ def try_fast_forward(inst, nxt) -> bool:
     running = sched.running
     scheduled = nxt.scheduled
     n = len(scheduled)
-    if n == 0 or n != len(running):
+    # every entry a decode that samples (the batch's tallies), of every running request in order
+    if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
         return False
-    kv = inst.kv
     horizon = 1 << 62
-    kv_sum = 0
-    kv_max = 0
-    kv_min = 1 << 62
     for sr, req in zip(scheduled, running):
-        if sr.req is not req or sr.num_new != 1 or sr.ctx_before <= 0 or not sr.samples:
+        if sr.req is not req:
             return False
         left = req.max_tokens - (req.num_tokens - req.prompt_len)
         if left < horizon:
             horizon = left
-        kv = sr.ctx_before + 1
-        kv_sum += kv
-        kv_max = max(kv_max, kv)
-        kv_min = min(kv_min, kv)
+    kv_sum, kv_max, kv_min = nxt.decode_kv_sum, nxt.decode_kv_max, nxt.decode_kv_min
     if horizon < MIN_STEPS:
         return False
     unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)
     if unblock is None:
         return False
-    time_decode = inst.timer.time_decode
     # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1;
-    # every bulk step, and the launch of the step after them, must precede the next event.
+    # nobody finishes in them (j < horizon), and every bulk step, and the launch of the step
+    # after them, must precede the next event. The first step that is not bulk is launched
+    # normally, with its timing (already computed here) handed on.
+    time_decode = inst.timer.time_decode
     times = []
     t = loop.now
-    for j in range(1, horizon):
+    for j in range(1, horizon + 1):
         timing = time_decode(n, kv_sum + n * (j - 1), kv_max + j - 1, kv_min + j - 1)
-        t_end = t + timing.total_ns
-        if t_end >= limit:
+        if j == horizon or t + timing.total_ns >= limit:
             break
         times.append((t, timing))
-        t = t_end
+        t += timing.total_ns
     if len(times) < MIN_STEPS - 1:
         return False
     steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
     # ... their block allocations must fit in the free blocks (none can fail) ...
-    allocs = _allocation_events(inst, scheduled, steps)
+    allocs, pubs = _block_events(inst, scheduled, steps)
     free = inst.kv.pool.num_free
     if len(allocs) > free:
         steps = allocs[free][0] - 1            # the (free+1)-th allocation happens in that step
@@ -95,12 +90,11 @@ def try_fast_forward(inst, nxt) -> bool:
         steps = _until_unblocked(scheduled, steps, inst.kv.block_size, *unblock)
     if steps < MIN_STEPS - 1:
         return False
-    del times[steps:]
-    allocs = [a for a in allocs if a[0] <= steps]
-    t = times[-1][0] + times[-1][1].total_ns
-    _apply(inst, nxt, times, steps, allocs)
-    launch_at = t
-    loop.schedule(launch_at, lambda: inst._launch(nxt, launch_at))
+    if steps < len(times):
+        t, timing = times[steps]
+        del times[steps:]
+    _apply(inst, nxt, times, allocs, pubs)
+    loop.schedule(t, lambda: inst._launch(nxt, t, timing))
     return True
 
 
@@ -117,57 +111,57 @@ def _until_unblocked(scheduled, steps: int, bs: int, k: int, h: int) -> int:
     return steps
 
 
-def _allocation_events(inst, scheduled, max_step: int) -> list:
-    """(bulk step, batch index) of every block allocation within ``max_step`` steps, in the
-    order the step-by-step scheduler would make them. In bulk step j the schedule of step
-    N+j+1 takes a request from ``c + j`` to ``c + j + 1`` computed tokens (c = its pending
-    context); it needs a block when that exceeds the tokens its blocks hold."""
+def _block_events(inst, scheduled, max_step: int) -> tuple[list, list]:
+    """(bulk step, batch index) of every block allocation and of every block publication
+    within ``max_step`` steps, each in the order the step-by-step loop makes them. In bulk
+    step j the schedule of step N+j+1 takes a request from ``c + j`` to ``c + j + 1``
+    computed tokens (c = its pending context); it needs a block when that exceeds the tokens
+    its blocks hold. The end of step N+j samples its token ``n0 + j`` (n0 = its tokens now),
+    which completes a block at a multiple of the block size."""
     bs = inst.kv.block_size
     blocks = inst.kv.req_blocks
-    events = []
+    allocs = []
+    pubs = []
     for i, sr in enumerate(scheduled):
         j = len(blocks[sr.req.request_id]) * bs - sr.ctx_before     # c + j == held * bs
         if j < 1:
             j = 1
         while j <= max_step:
-            events.append((j, i))
+            allocs.append((j, i))
             j += bs
-    events.sort()
-    return events
+        j = bs - sr.req.num_tokens % bs
+        while j <= max_step:
+            pubs.append((j, i))
+            j += bs
+    allocs.sort()
+    pubs.sort()
+    return allocs, pubs
 
 
-def _apply(inst, nxt, times, steps: int, allocs: list) -> None:
-    """Apply bulk steps N+1..N+steps in step-by-step order: launch of N+j (metrics), the
-    schedule of N+j+1 (block allocations), the end of N+j (sampled token; a completed
-    block is published). Per-request counters move once, by ``steps``."""
+def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
+    """Apply bulk steps N+1..N+steps (one per ``times`` entry) in step-by-step order: launch
+    of N+j (metrics), the schedule of N+j+1 (block allocations), the end of N+j (sampled
+    token; a completed block is published). Per-request counters move once, by ``steps``."""
     kv = inst.kv
-    bs = kv.block_size
     scheduled = nxt.scheduled
     on_decode = inst._on_decode_step
     n = len(scheduled)
+    steps = len(times)
     for sr in scheduled:        # a call admitted as a "decode" (all but its last token hit)
         if sr.req.first_scheduled_ns is None:
             sr.req.first_scheduled_ns = times[0][0]
-    # publication events: request i completes a block when its sampled tokens reach a multiple of bs
-    pubs = []
-    for i, sr in enumerate(scheduled):
-        n0 = sr.req.num_tokens
-        j = bs - n0 % bs
-        while j <= steps:
-            pubs.append((j, i))
-            j += bs
-    pubs.sort()
     a = p = 0
+    na, np_ = len(allocs), len(pubs)
     for j in range(1, steps + 1):
         t_start, timing = times[j - 1]
         inst.busy_ns += timing.total_ns
         inst.num_steps += 1
         if on_decode is not None:
             on_decode(inst, t_start, timing, n)
-        while a < len(allocs) and allocs[a][0] == j:
+        while a < na and allocs[a][0] == j:
             kv.append_new_block(scheduled[allocs[a][1]].req)
             a += 1
-        while p < len(pubs) and pubs[p][0] == j:
+        while p < np_ and pubs[p][0] == j:
             req = scheduled[pubs[p][1]].req
             kv.cache_blocks(req, req.num_tokens + j)
             p += 1

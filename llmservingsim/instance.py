@@ -20,7 +20,7 @@ from .events import EventLoop
 from .kv_cache_manager import KVCacheManager, cdiv
 from .request import Request
 from .scheduler import Scheduler, SchedulerOutput
-from .step_timer import StepTimer
+from .step_timer import StepTimer, StepTiming
 
 
 class Instance:
@@ -101,11 +101,14 @@ class Instance:
                 f"call {head.call_index}, {head.num_tokens} tokens) with nothing running at "
                 f"t={now / 1e9:.3f} s: {self.kv.num_free_blocks} free KV blocks")
 
-    def _launch(self, out: SchedulerOutput, now: int) -> None:
+    def _launch(self, out: SchedulerOutput, now: int, timing: Optional[StepTiming] = None) -> None:
+        """Launch ``out`` at ``now``; ``timing``: its ``timer.time(out)`` when the caller has it
+        (fast-forward times the step after its bulk steps while planning them)."""
         for sr in out.scheduled:
             if sr.req.first_scheduled_ns is None:
                 sr.req.first_scheduled_ns = now
-        timing = self.timer.time(out)
+        if timing is None:
+            timing = self.timer.time(out)
         self.last_step_ns = timing.total_ns
         self.step_end_ns = now + timing.total_ns
         self.current = out

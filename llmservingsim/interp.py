@@ -62,29 +62,44 @@ class GridND:
     def __call__(self, *point: float) -> float:
         if len(point) == 2:
             return self._call2(point[0], point[1])
-        idx, wts = [], []
-        for a, x in zip(self.axes, point):
-            i, w = bracket(a, x)
-            idx.append(i)
-            wts.append(w)
-        total = 0.0
-        d = len(idx)
-        for corner in range(1 << d):
+        return self.line(*point[:-1])(point[-1])
+
+    def line(self, *lead: float):
+        """``x -> self(*lead, x)``: the grid along its last axis with the leading coordinates
+        held, their brackets looked up once (a mixed step's attention is read at two decode
+        KV lengths). The corners are summed in the order of the full multilinear formula
+        (the last axis's lower corners first), each weight the product of its axes' weights
+        in axis order, so every value is the same float."""
+        axes = self.axes
+        corners = []        # (weight over the leading axes, the values along the last axis)
+        brackets = [bracket(a, x) for a, x in zip(axes, lead)]
+        for corner in range(1 << len(lead)):
             weight = 1.0
-            sl = []
-            for k in range(d):
+            v = self._nested
+            for k, (i, w) in enumerate(brackets):
                 if corner >> k & 1:
-                    weight *= wts[k]
-                    sl.append(idx[k] + 1 if len(self.axes[k]) > 1 else idx[k])
+                    weight *= w
+                    v = v[i + 1 if len(axes[k]) > 1 else i]
                 else:
-                    weight *= 1.0 - wts[k]
-                    sl.append(idx[k])
-            if weight:
-                v = self._nested
-                for i in sl:
+                    weight *= 1.0 - w
                     v = v[i]
-                total += weight * v
-        return total
+            corners.append((weight, v))
+        last = axes[-1]
+
+        def at(x: float) -> float:
+            j, u = bracket(last, x)
+            j1 = j + 1 if len(last) > 1 else j
+            total = 0.0
+            for weight, v in corners:
+                weight *= 1.0 - u
+                if weight:
+                    total += weight * v[j]
+            for weight, v in corners:
+                weight *= u
+                if weight:
+                    total += weight * v[j1]
+            return total
+        return at
 
     def _call2(self, x0: float, x1: float) -> float:
         return self.along(self.row(x0), x1)

@@ -35,6 +35,11 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def num_evictable(hits: list[KVBlock]) -> int:
+    """The hits no one references (free, so they count as blocks to find)."""
+    return len([b for b in hits if not b.ref_cnt])
+
+
 @dataclass(slots=True)
 class KVEntry:
     """A program's retained KV (only mutated by KVCacheManager)."""
@@ -96,53 +101,39 @@ class KVCacheManager:
         n = (req.num_tokens - 1) // self.block_size
         if n <= 0:
             return [], 0
-        # A head-of-line request is looked up every step: while none of its earlier hits has
-        # lost its content (the only way a hit changes: a hash's primary block changes only
-        # when it is dropped), they are still valid and only the blocks after them need
-        # checking.
+        # The stream's memo lists the primaries of its leading hashes (see PrefixMemo):
+        # they are this lookup's first hits, and only the hashes after them are looked up.
+        # A head-of-line request is looked up every step, and a program's call extends the
+        # context its previous call published (and listed), so few lookups remain.
         pool = self.pool
-        memo = req.hit_memo
-        hits, held = [], None
-        if memo is not None and len(memo[1]) <= n:
-            epoch, old, old_held = memo
-            if epoch == pool.drop_epoch:
-                hits, held = list(old), old_held
-            else:
-                dropped = pool.dropped_since(epoch)
-                if dropped is not None and old_held.isdisjoint(dropped):
-                    hits, held = list(old), old_held
-        k0 = k = len(hits)
-        if k < n:
-            # the lookups run in C, a chunk at a time (a prompt's cached part is a prefix:
-            # after the first miss nothing is looked up beyond its chunk)
-            hashes = req.stream.block_hashes(n)
-            get = pool.cached.get
-            chunk = 8
-            while k < n:
-                found = list(map(get, hashes[k:min(n, k + chunk)]))
-                if None in found:
-                    hits.extend(found[:found.index(None)])
-                    break
-                hits.extend(found)
-                k += len(found)
-                chunk *= 4
-        if held is None:
-            held = set(hits)
-        elif len(hits) > k0:
-            held.update(hits[k0:])
-        req.hit_memo = (pool.drop_epoch, hits, held)
-        return list(hits), len(hits) * self.block_size
+        memo = pool.memo_of(req.stream)
+        k = memo.valid
+        if k >= n:
+            hits = memo.blocks[:n]
+        else:
+            hits = memo.blocks[:k]
+            hits += pool.look_up(memo, req.stream.block_hashes(n), n)
+        return hits, len(hits) * self.block_size
 
     # ---- allocation ----------------------------------------------------------------------
     def can_fit_full_sequence(self, req: Request, hits: list[KVBlock]) -> bool:
         """Admission gate (scheduler_reserve_full_isl): the whole current sequence must fit.
+        ``hits``: the request's ``get_computed_blocks`` of this step.
 
-        A head-of-line request is re-checked every step; while no block was freed, no
-        cached content dropped, no entry created or released and its hits did not change,
-        the answer cannot change (allocations only lower the free count, and a hit block
-        taken by another request lowers free and evictable hits alike), so it is reused."""
+        A head-of-line request is re-checked every step; while no block was freed, no entry
+        created or released and its hits are the same blocks, the answer cannot change
+        (allocations only lower the free count: one that pops a hit drops its content, which
+        cuts the stream's memo; and a hit block taken by another request lowers free and
+        evictable hits alike), so it is reused. Hits are the same blocks while the memo that
+        lists them was not cut; hits beyond the memo (a repeated hash) rely on no content
+        having been dropped at all."""
         pool = self.pool
-        key = (req.request_id, pool.free_epoch, pool.drop_epoch, self.entry_epoch, len(hits))
+        memo = pool.memo_of(req.stream) if hits else None
+        if memo is not None and len(hits) <= memo.valid:
+            same_hits = (memo, memo.cuts)
+        else:
+            same_hits = pool.drop_epoch
+        key = (req.request_id, pool.free_epoch, self.entry_epoch, len(hits), same_hits)
         if key == self._fit_fail:
             return False
         ok = self._can_fit(req, hits)
@@ -153,9 +144,29 @@ class KVCacheManager:
         need = cdiv(req.num_tokens, self.block_size) - len(self.get_blocks(req.request_id)) - len(hits)
         need = max(need, 0)
         free = self.pool.num_free
-        if need + len(hits) > free:       # only then can the evictable hits matter
-            need += sum(1 for b in hits if b.ref_cnt == 0)
-        return need <= free or self._reclaim(need, req.owner, dry_run=True, hits=hits)
+        if need + len(hits) <= free:    # only otherwise can the evictable hits matter
+            return True
+        return self._fits(need, hits, free)
+
+    def _fits(self, need: int, hits: list[KVBlock], free: int) -> bool:
+        """Whether ``need`` new blocks plus the evictable ``hits`` fit in the free blocks,
+        or would once every entry were released (what ``_reclaim`` can do: releasing entries
+        frees exactly the blocks only entries hold, the pool's ``entry_only``, and such a
+        hit becomes evictable too). Each freed block raises the free count and a freed hit
+        raises the need as well, so free - need never falls as entries go: the answer does
+        not depend on their order (no eviction key is evaluated). One pass over the hits
+        counts both kinds."""
+        evictable = entry_held = 0
+        for b in hits:
+            r = b.ref_cnt
+            if not r:
+                evictable += 1
+            elif r == b.entry_refs:
+                entry_held += 1
+        need += evictable
+        if need <= free:
+            return True
+        return bool(self.entries) and free + self.pool.entry_only >= need + entry_held
 
     def allocate_slots(self, req: Request, num_new_tokens: int,
                        hits: list[KVBlock] = (), num_hit_tokens: int = 0, publish: bool = True) -> bool:
@@ -173,18 +184,16 @@ class KVCacheManager:
                 self.cache_blocks(req, min(total, req.num_tokens))
             return True
         num_new_blocks = max(cdiv(total, self.block_size) - num_held - len(hits), 0)
-        need = num_new_blocks
-        if hits and need + len(hits) > self.pool.num_free:
-            need += sum(1 for b in hits if b.ref_cnt == 0)
-        if need > self.pool.num_free:
+        free = self.pool.num_free
+        if num_new_blocks + len(hits) > free:
             # reclaim only if it will succeed: a failed allocation touches nothing
-            if not self._reclaim(need, req.owner, dry_run=True, hits=hits):
+            if not self._fits(num_new_blocks, hits, free):
                 return False
-            self._reclaim(need, req.owner, dry_run=False, hits=hits, new_blocks=num_new_blocks)
+            if num_new_blocks + num_evictable(hits) > free:
+                self._reclaim(req.owner, hits, num_new_blocks)
         if held is None:
             held = self.req_blocks[req.request_id] = []
             self.num_cached_blocks[req.request_id] = 0
-            req.hit_memo = None         # admitted: its lookups are over until a preemption
         if hits:
             self.pool.touch(hits)
             held.extend(hits)
@@ -213,7 +222,8 @@ class KVCacheManager:
         hashes = req.stream.block_hashes(n)
         blocks = self.req_blocks[rid]
         hi = min(n, len(blocks))
-        self.pool.cache_blocks(blocks[done:hi], hashes[done:hi])
+        pool = self.pool
+        pool.cache_blocks(blocks[done:hi], hashes[done:hi], pool.memo_of(req.stream), done)
         self.num_cached_blocks[rid] = hi
 
     def free(self, req: Request, drop_content: bool = False) -> None:
@@ -306,36 +316,18 @@ class KVCacheManager:
             cands.append(own)
         return cands
 
-    def _reclaim(self, need: int, requester: int, dry_run: bool,
-                 hits: list[KVBlock] = (), new_blocks: int = 0) -> bool:
-        """Release entries in reclamation order until ``need`` blocks are free.
-
-        ``need`` counts the new blocks plus the hits that are evictable now. Releasing an
-        entry frees the blocks it alone holds, but a freed block that is one of the hits
-        becomes evictable too and raises the need. ``dry_run`` simulates exactly that on
-        per-block reference counts without touching anything; the real run recomputes the
-        need after every release.
-        """
-        if not self.entries:
-            return False
-        if dry_run:
-            # Each freed block raises the free count, and a freed hit raises the need as
-            # well, so free - need never falls as entries go: the answer is whether
-            # releasing every entry would do, whatever the order (no key is evaluated).
-            # Releasing them all frees exactly the blocks only entries hold (the pool keeps
-            # that count), and a hit among those becomes evictable.
-            pool = self.pool
-            for b in hits:
-                if b.ref_cnt and b.ref_cnt == b.entry_refs:
-                    need += 1
-            return pool.num_free + pool.entry_only >= need
+    def _reclaim(self, requester: int, hits: list[KVBlock], new_blocks: int) -> None:
+        """Release entries in reclamation order until the new blocks plus the hits that are
+        evictable fit in the free blocks (the caller has checked with ``_fits`` that
+        releasing them all would do). Releasing an entry frees the blocks it alone holds,
+        and a freed block that is one of the hits becomes evictable too and raises the need,
+        so it is recounted after every release."""
         for entry in self._entry_order(requester):
             self.release_entry(entry.owner)
             self.num_reclaimed_entries += 1
-            need = new_blocks + (sum(1 for b in hits if b.ref_cnt == 0) if hits else 0)
+            need = new_blocks + num_evictable(hits)
             if need <= self.pool.num_free:
-                return True
-        return False
+                return
 
     def _report(self, owner: int, tokens: int, protected: bool, now_ns: int) -> None:
         hook = self._hooks.residency

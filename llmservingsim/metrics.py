@@ -115,16 +115,9 @@ class MetricsCollector:
         self.overhead_ns = 0
 
     def on_step(self, inst, out, now: int, timing) -> None:
-        prompt = gen = npf = nd = 0
-        for sr in out.scheduled:
-            if sr.num_new == 1 and sr.ctx_before > 0:
-                nd += 1
-            else:
-                npf += 1
-                prompt += sr.num_new
-            if sr.samples:
-                gen += 1
-        self._record(inst, now, timing, prompt, gen, npf, nd, len(out.scheduled))
+        nseq = len(out.scheduled)
+        self._record(inst, now, timing, out.prefill_tokens, out.num_sampled, nseq - out.num_decodes,
+                     out.num_decodes, nseq)
 
     def on_decode_step(self, inst, now: int, timing, n: int) -> None:
         """A fast-forwarded step: n decodes, each sampling one token. No event marks its

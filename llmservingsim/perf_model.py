@@ -61,6 +61,10 @@ def batch_shape(prefills: Sequence[tuple[int, int]], decode_kvs: Sequence[int]) 
     return BatchShape(pt, pctx, len(prefills), 0, 0, 0, 0)
 
 
+def _no_skew(rate: float, kv_max: int) -> float:
+    return 0.0
+
+
 def _label(bins: list, labels: list, x: float):
     """The profiler's bucketing (LLMServingSim ``_bucket_label``): label i covers
     (bins[i], bins[i+1]]; a value beyond the last edge takes the last label."""
@@ -78,7 +82,7 @@ class PerformanceModel:
         self.pp = pp
         self._dense_memo: dict[int, float] = {}
         self._seq_memo: dict[int, float] = {}
-        self._decode_memo: dict[int, tuple] = {}
+        self._decode_memo: dict = {}        # decodes -> _decode_fn
         dense = bundle.dense
         L = self.layers_per_stage
         self._dense_terms = []
@@ -130,36 +134,39 @@ class PerformanceModel:
         if nd == 0:
             return att.prefill(b.prefill_tokens, b.prefill_ctx) if b.prefill_tokens else 0.0
         if not b.prefill_tokens:
-            return self._decode_attention_us(self._decode_consts(nd), nd, b.decode_kv_sum,
-                                             b.decode_kv_max, b.decode_kv_min)
-        return self._skewed(partial(att.mixed, b.prefill_tokens, b.prefill_ctx, nd), nd, b.decode_kv_sum / nd,
-                            b.decode_kv_min, b.decode_kv_max, b.prefill_tokens, b.prefill_ctx)
+            decode = att.decode
+            return self._skewed(partial(decode.along, decode.row(nd)), self._alpha_of(0, nd, 0.0), nd,
+                                b.decode_kv_sum / nd, b.decode_kv_min, b.decode_kv_max)
+        return self._skewed(att.mixed.line(b.prefill_tokens, b.prefill_ctx, nd),
+                            self._alpha_of(b.prefill_tokens, nd, b.prefill_ctx),
+                            nd, b.decode_kv_sum / nd, b.decode_kv_min, b.decode_kv_max)
 
-    def _decode_consts(self, nd: int) -> tuple:
-        """What a pure-decode step of ``nd`` sequences costs whatever their KV lengths:
-        (dense µs, per-sequence µs, the decode grid's row at ``nd``, and that row's lookup
-        ``kv -> µs``, built once per batch size: it runs every decode step)."""
-        c = self._decode_memo.get(nd)
-        if c is None:
+    def _decode_fn(self, nd: int):
+        """``decode_us`` at ``nd`` sequences as a function ``(kv_sum, kv_max, kv_min) -> µs``,
+        built once per batch size (it runs every decode step): the dense and per-sequence
+        terms, the decode grid's row at ``nd`` and the skew fit's buckets fixed by ``nd``
+        are looked up here."""
+        f = self._decode_memo.get(nd)
+        if f is None:
             decode = self.bundle.attention.decode
-            row = decode.row(nd)
-            c = self._decode_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd), row,
-                                         partial(decode.along, row))
-        return c
+            dense, seq, L = self.dense_us(nd), self.per_sequence_us(nd), self.layers_per_stage
+            at, alpha_of, skewed = partial(decode.along, decode.row(nd)), self._alpha_of(0, nd, 0.0), self._skewed
 
-    def _decode_attention_us(self, consts: tuple, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
-        """``attention_us`` of a pure-decode batch: the decode grid's row at ``nd`` held."""
-        return self._skewed(consts[3], nd, kv_sum / nd, kv_min, kv_max, 0, 0.0)
+            def f(kv_sum: int, kv_max: int, kv_min: int) -> float:
+                return dense + L * skewed(at, alpha_of, nd, kv_sum / nd, kv_min, kv_max) + seq
+            self._decode_memo[nd] = f
+        return f
 
-    def _skewed(self, at, nd: int, mean_kv: float, kv_min: int, kv_max: int, prefill_tokens: int,
-                prefill_ctx: float) -> float:
+    @staticmethod
+    def _skewed(at, alpha_of, nd: int, mean_kv: float, kv_min: int, kv_max: int) -> float:
         """Attention at the decodes' mean KV length ``at(mean_kv)``, corrected for uneven
         lengths with the skew fit: t_mean + alpha * (t_max - t_mean), ``at(kv)`` being the
-        grid's time with the decodes at KV length kv."""
+        grid's time with the decodes at KV length kv and ``alpha_of(rate, kv_max)`` the
+        batch's alpha (``_alpha_of``)."""
         t_mean = at(mean_kv)
         if nd < 2 or kv_max == kv_min:
             return t_mean
-        alpha = self._alpha(prefill_tokens, nd, mean_kv, kv_min, kv_max, prefill_ctx)
+        alpha = alpha_of((mean_kv - kv_min) / (kv_max - kv_min), kv_max)
         if alpha == 0.0:
             return t_mean
         t_max = at(kv_max)
@@ -167,22 +174,27 @@ class PerformanceModel:
             return t_mean
         return t_mean + alpha * (t_max - t_mean)
 
-    def _alpha(self, prefill_tokens: int, nd: int, mean_kv: float, kv_min: int, kv_max: int,
-               prefill_ctx: float) -> float:
-        """The skew fit's alpha for this batch, looked up as the profiler fitted it
+    def _alpha_of(self, prefill_tokens: int, nd: int, prefill_ctx: float):
+        """The skew fit's alpha for a batch with these prefill tokens, decodes and prefill
+        context, as a function ``(rate, kv_max) -> alpha`` of the decodes' spread rate
+        (mean - min) / (max - min) and longest KV length, looked up as the profiler fitted it
         (LLMServingSim ``_skew_alpha``): the bucket key's prefill chunk must be a profiled
         grid value (a step's summed chunk rarely is), otherwise the pooled
-        ``alpha_default``; no fit (or ``skew_fit.enabled: false``) means no correction."""
+        ``alpha_default``; no fit (or ``skew_fit.enabled: false``) means no correction. The
+        labels fixed by the arguments are looked up here, once."""
         sk = self.bundle.skew
         if sk is None:
-            return 0.0
+            return _no_skew
         pc = float(prefill_tokens)
         if pc not in sk.pc_set:
-            return sk.alpha_default
-        rate = (mean_kv - kv_min) / (kv_max - kv_min)
-        key = (pc, _label(sk.n_bins, sk.n_labels, nd), _label(sk.sr_bins, sk.sr_labels, rate),
-               _label(sk.kvb_bins, sk.kvb_labels, kv_max), _label(sk.kp_bins, sk.kp_labels, prefill_ctx))
-        return sk.table.get(key, sk.alpha_default)
+            default = sk.alpha_default
+            return lambda rate, kv_max: default
+        n_label = _label(sk.n_bins, sk.n_labels, nd)
+        kp_label = _label(sk.kp_bins, sk.kp_labels, prefill_ctx)
+        get, default = sk.table.get, sk.alpha_default
+        sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
+        return lambda rate, kv_max: get((pc, n_label, _label(sr_bins, sr_labels, rate),
+                                         _label(kvb_bins, kvb_labels, kv_max), kp_label), default)
 
     def compute_us(self, b: BatchShape) -> float:
         """Compute time of one pipeline stage with the once-per-step ops (µs): dense +
@@ -195,6 +207,4 @@ class PerformanceModel:
     def decode_us(self, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
         """``compute_us`` of a pure-decode step of ``nd`` sequences whose KV lengths sum to
         ``kv_sum`` (fast-forward times its steps this way, without building their shapes)."""
-        consts = self._decode_consts(nd)
-        return (consts[0] + self.layers_per_stage * self._decode_attention_us(consts, nd, kv_sum, kv_max, kv_min)
-                + consts[1])
+        return self._decode_fn(nd)(kv_sum, kv_max, kv_min)

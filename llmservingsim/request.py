@@ -43,7 +43,7 @@ class Request:
         "arrival_ns", "queued_ns", "priority", "status", "num_computed_tokens", "num_tokens",
         "num_placeholders", "num_cached_tokens", "num_preemptions", "instance",
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finished_ns",
-        "spec", "hit_memo", "pd",
+        "spec", "pd",
     )
 
     def __init__(self, request_id: int, spec: CallSpec, arrival_ns: int, instance: int = 0,
@@ -72,7 +72,6 @@ class Request:
         self.first_token_ns: Optional[int] = None
         self.last_token_ns: Optional[int] = None
         self.finished_ns: Optional[int] = None
-        self.hit_memo = None      # (drop_epoch, hit blocks, their set) of the last prefix lookup (KV manager only)
         self.pd = None            # prefill/decode disaggregation: the call's PDCall (llmservingsim/disagg.py)
 
     @property

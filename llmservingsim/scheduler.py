@@ -53,15 +53,54 @@ class ScheduledRequest:
 
 @dataclass(slots=True)
 class SchedulerOutput:
+    """One step's batch. Besides the batch, its tallies (kept by the scheduler as it forms
+    and advances the batch, so that timing and metrics need no walk over it): decodes are the
+    entries with ``num_new == 1`` and ``ctx_before > 0``, their KV length ``ctx_before + 1``;
+    every other entry is a prefill chunk."""
     scheduled: list = field(default_factory=list)     # [ScheduledRequest] in batch order
     preempted: list = field(default_factory=list)
     num_tokens: int = 0
     # requests this pass parked as WAITING_FOR_REMOTE_KVS, {source: [request]} (their
     # transfers start when this step launches; llmservingsim/remote_kv.py); None unless some
     remote_kv: Optional[dict] = None
+    num_decodes: int = 0
+    decode_kv_sum: int = 0
+    decode_kv_max: int = 0          # 0 when no decode
+    decode_kv_min: int = 0          # 0 when no decode
+    prefill_tokens: int = 0         # sum of the prefill chunks
+    prefill_ctx_sum: int = 0        # sum of chunk x its prior context
+    num_sampled: int = 0            # entries whose step samples a token
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
+
+    def tally(self, entries) -> None:
+        """Add ``entries`` (of ``scheduled``) to the tallies."""
+        nd, kv_sum, kv_max, kv_min = self.num_decodes, self.decode_kv_sum, self.decode_kv_max, self.decode_kv_min
+        for sr in entries:
+            n = sr.num_new
+            if n == 1 and sr.ctx_before > 0:
+                kv = sr.ctx_before + 1
+                kv_sum += kv
+                if not nd or kv > kv_max:
+                    kv_max = kv
+                if not nd or kv < kv_min:
+                    kv_min = kv
+                nd += 1
+            else:
+                self.prefill_tokens += n
+                self.prefill_ctx_sum += n * sr.ctx_before
+            if sr.samples:
+                self.num_sampled += 1
+        self.num_decodes, self.decode_kv_sum, self.decode_kv_max, self.decode_kv_min = nd, kv_sum, kv_max, kv_min
+
+
+def _take(scheduled: list, req: Request) -> Optional[ScheduledRequest]:
+    """Remove and return ``req``'s entry of this pass's batch (None if not scheduled yet)."""
+    for k, sr in enumerate(scheduled):
+        if sr.req is req:
+            return scheduled.pop(k)
+    return None
 
 
 class Scheduler:
@@ -97,10 +136,18 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
         threshold = cfg.long_prefill_token_threshold
         out = SchedulerOutput()
-        scheduled: dict[int, ScheduledRequest] = {}
+        scheduled: list[ScheduledRequest] = out.scheduled
         running = self.running
         last_pos = cfg.max_model_len - 1
         skip_in_flight = self.skip_in_flight
+        req_blocks = kv.req_blocks
+        bs = kv.block_size
+        # tallies of the decodes inlined below (SchedulerOutput); every other entry goes to
+        # ``others`` and is tallied at the end
+        nd = kv_sum = kv_max = 0
+        kv_min = 1 << 62
+        others = []
+        retally = False
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -111,13 +158,38 @@ class Scheduler:
             if known - req.prompt_len >= req.max_tokens:
                 i += 1          # its last token is in flight: anticipated finish
                 continue
-            num_new = known - req.num_computed_tokens
+            computed = req.num_computed_tokens
+            num_new = known - computed
+            if num_new == 1 and computed < last_pos:
+                # A decode (the common case: every running request, every step). Inside its
+                # last block it needs no allocation: KVCacheManager.allocate_slots' early
+                # return, inlined (a token completing its block publishes it); then _commit,
+                # inlined (the token reaches the known end, so the step samples).
+                held = req_blocks.get(req.request_id)
+                if held is not None and computed < len(held) * bs:
+                    if (computed + 1) % bs == 0:
+                        kv.cache_blocks(req, min(computed + 1, req.num_tokens))
+                    req.num_computed_tokens = known
+                    req.num_placeholders += 1
+                    scheduled.append(ScheduledRequest(req, 1, computed, True))
+                    if computed:
+                        nd += 1
+                        kv_sum += known
+                        if known > kv_max:
+                            kv_max = known
+                        if known < kv_min:
+                            kv_min = known
+                    else:
+                        others.append(scheduled[-1])
+                    budget -= 1
+                    i += 1
+                    continue
             if 0 < threshold < num_new:
                 num_new = threshold
             if num_new > budget:
                 num_new = budget
-            if num_new > last_pos - req.num_computed_tokens:
-                num_new = last_pos - req.num_computed_tokens
+            if num_new > last_pos - computed:
+                num_new = last_pos - computed
             if num_new <= 0:
                 i += 1
                 continue
@@ -127,10 +199,11 @@ class Scheduler:
                     victim = max(running, key=lambda r: (r.priority, r.arrival_ns))
                     vidx = running.index(victim)
                     running.pop(vidx)
-                    sr = scheduled.pop(victim.request_id, None)
+                    sr = _take(scheduled, victim)
                     if sr is not None:      # already scheduled this step: give its tokens back
                         budget += sr.num_new
                         self._unschedule(sr)
+                        retally = True      # the tallies are redone at the end
                     if vidx < i:
                         i -= 1
                 else:
@@ -142,7 +215,8 @@ class Scheduler:
                     break
             if not ok:
                 break
-            scheduled[req.request_id] = self._commit(req, num_new)
+            scheduled.append(self._commit(req, num_new))
+            others.append(scheduled[-1])
             budget -= num_new
             i += 1
 
@@ -173,11 +247,18 @@ class Scheduler:
                     req.num_cached_tokens = num_hit
                     kv.prefix_stats.queries += req.prompt_len
                     kv.prefix_stats.hits += num_hit
-                scheduled[req.request_id] = self._commit(req, num_new)
+                scheduled.append(self._commit(req, num_new))
+                others.append(scheduled[-1])
                 budget -= num_new
 
-        out.scheduled = list(scheduled.values())
         out.num_tokens = cfg.max_num_batched_tokens - budget
+        if retally:
+            out.tally(scheduled)
+        else:
+            if nd:
+                out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min = nd, kv_sum, kv_max, kv_min
+            out.num_sampled = len(scheduled) - len(others)
+            out.tally(others)
         return out
 
     def _pop_head(self, req: Request) -> None:
@@ -301,6 +382,9 @@ class Scheduler:
             req.num_tokens += steps
             req.last_token_ns = last_ns
             sr.ctx_before += steps
+        pending.decode_kv_sum += steps * pending.num_decodes      # every entry is a decode
+        pending.decode_kv_max += steps
+        pending.decode_kv_min += steps
         self.num_ff_steps += steps
         if self.waiting:
             self.num_ff_queued_steps += steps
@@ -311,20 +395,21 @@ class Scheduler:
         (removed from the queues; their blocks are still held for the retention decision)."""
         finished = []
         block_size = self.kv.block_size
+        RUNNING = RequestStatus.RUNNING
         for sr in out.scheduled:
             if not sr.samples:
                 continue
             req = sr.req
             req.num_placeholders -= 1
-            req.num_tokens += 1
+            n = req.num_tokens = req.num_tokens + 1
             if req.first_token_ns is None:
                 req.first_token_ns = now_ns
             req.last_token_ns = now_ns
             # a sampled token completes a block only at a block boundary
-            if req.num_tokens % block_size == 0 and req.status == RequestStatus.RUNNING:
-                self.kv.cache_blocks(req, min(req.num_computed_tokens, req.num_tokens))
-            if req.num_tokens - req.prompt_len >= req.max_tokens:
-                if req.status == RequestStatus.RUNNING:
+            if n % block_size == 0 and req.status == RUNNING:
+                self.kv.cache_blocks(req, min(req.num_computed_tokens, n))
+            if n - req.prompt_len >= req.max_tokens:
+                if req.status == RUNNING:
                     self.running.remove(req)
                 elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
                     self.waiting.remove(req)

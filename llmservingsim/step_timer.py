@@ -32,26 +32,11 @@ class StepTiming:
 
 
 def shape_of(out: SchedulerOutput) -> BatchShape:
-    pt = pctx_w = 0
-    npf = nd = kv_sum = 0
-    kv_max = 0
-    kv_min = 1 << 62
-    for sr in out.scheduled:
-        n = sr.num_new
-        if n == 1 and sr.ctx_before > 0:
-            kv = sr.ctx_before + 1
-            nd += 1
-            kv_sum += kv
-            if kv > kv_max:
-                kv_max = kv
-            if kv < kv_min:
-                kv_min = kv
-        else:
-            npf += 1
-            pt += n
-            pctx_w += n * sr.ctx_before
-    return BatchShape(pt, (pctx_w / pt) if pt else 0.0, npf, nd, kv_sum,
-                      kv_max if nd else 0, kv_min if nd else 0)
+    """The step's shape, from the batch's tallies (``SchedulerOutput``)."""
+    pt = out.prefill_tokens
+    nd = out.num_decodes
+    return BatchShape(pt, (out.prefill_ctx_sum / pt) if pt else 0.0, len(out.scheduled) - nd, nd,
+                      out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min)
 
 
 def _timing(compute: int, comm: int, overhead: int) -> StepTiming:
@@ -71,6 +56,9 @@ class StepTimer:
         self._decode_memo: dict[int, tuple[int, int]] = {}    # decodes -> (comm, overhead) ns
 
     def time_shape(self, shape: BatchShape) -> StepTiming:
+        if not shape.prefill_tokens and not shape.num_prefills and shape.num_decodes and self.pp == 1:
+            return self.time_decode(shape.num_decodes, shape.decode_kv_sum, shape.decode_kv_max,
+                                    shape.decode_kv_min)
         perf = self.perf
         if self.pp == 1:
             compute_us = perf.compute_us(shape)
@@ -84,9 +72,10 @@ class StepTimer:
         return _timing(compute, comm, overhead)
 
     def time_decode(self, n: int, kv_sum: int, kv_max: int, kv_min: int) -> StepTiming:
-        """``time_shape`` of a pure-decode step of ``n`` sequences (fast-forward's steps):
-        its communication and framework overhead depend on ``n`` alone, so they are looked
-        up once per batch size, and only the compute is evaluated per step."""
+        """``time_shape`` of a pure-decode step of ``n`` sequences (every executed decode
+        step and fast-forward's): its communication and framework overhead depend on ``n``
+        alone, so they are looked up once per batch size, and only the compute is evaluated
+        per step."""
         if self.pp != 1:
             return self.time_shape(BatchShape(0, 0.0, 0, n, kv_sum, kv_max, kv_min))
         fixed = self._decode_memo.get(n)

@@ -17,6 +17,7 @@ Invariant: ``block_hashes(n)[b]`` depends only on the tokens of blocks ``0..b`` 
 equal prefixes give equal hash chains. Chains are computed once per stream and cached,
 which keeps prefix lookups of 100k-token contexts cheap across a program's many calls.
 Python's hash of int tuples is not randomised between runs, so chains are reproducible.
+``block_hashes`` always returns the same list, extended in place.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ BLOCK_TAG_HASHED = 2
 
 class TokenStream:
     __slots__ = ("uid", "block_size", "_parent", "_shared_blocks", "_ids", "_hash_ids",
-                 "_hash_block_tokens", "_prompt_len", "_hashes")
+                 "_hash_block_tokens", "_prompt_len", "_hashes", "memos")
 
     def __init__(self, uid: int, block_size: int, *, parent: Optional["TokenStream"] = None,
                  shared_tokens: int = 0, ids: Optional[Sequence[int]] = None,
@@ -43,6 +44,7 @@ class TokenStream:
         self._hash_block_tokens = hash_block_tokens
         self._prompt_len = prompt_len
         self._hashes: list[int] = []
+        self.memos: Optional[dict] = None   # per KV pool, its block_pool.PrefixMemo (pools only)
 
     def _block_key(self, b: int):
         bs = self.block_size

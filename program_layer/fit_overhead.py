@@ -156,18 +156,18 @@ def overhead_yaml(device: str, fw: Framework, provenance: str, regimes=None, mod
     return "\n".join(lines) + "\n"
 
 
-def _floor_pc_alpha(self, prefill_tokens, nd, mean_kv, kv_min, kv_max, prefill_ctx):
-    """The skew lookup before this change: the chunk's bucket at the grid value below it."""
+def _floor_pc_alpha_of(self, prefill_tokens, nd, prefill_ctx):
+    """The skew lookup before this change: the chunk's bucket at the grid value below it
+    (as ``PerformanceModel._alpha_of``, a function of the spread rate and longest KV length)."""
     sk = self.bundle.skew
     if sk is None:
-        return 0.0
+        return lambda rate, kv_max: 0.0
     pcs = sorted(sk.pc_set)
     pc = pcs[max(bisect.bisect_right(pcs, prefill_tokens) - 1, 0)] if prefill_tokens and pcs else 0.0
-    rate = (mean_kv - kv_min) / (kv_max - kv_min)
     label = perf_model._label
-    key = (pc, label(sk.n_bins, sk.n_labels, nd), label(sk.sr_bins, sk.sr_labels, rate),
-           label(sk.kvb_bins, sk.kvb_labels, kv_max), label(sk.kp_bins, sk.kp_labels, prefill_ctx))
-    return sk.table.get(key, sk.alpha_default)
+    return lambda rate, kv_max: sk.table.get(
+        (pc, label(sk.n_bins, sk.n_labels, nd), label(sk.sr_bins, sk.sr_labels, rate),
+         label(sk.kvb_bins, sk.kvb_labels, kv_max), label(sk.kp_bins, sk.kp_labels, prefill_ctx)), sk.alpha_default)
 
 
 def ablation() -> str:
@@ -187,12 +187,12 @@ def ablation() -> str:
                                                  for m in ("ttft_s", "tpot_s", "latency_s")) + " |")
     row("shipped model", Evaluator(cfg, real).table(shipped))
     row("prefill_us off (no framework overhead)", Evaluator(cfg, real).table(replace(shipped, prefill_us=0.0)))
-    alpha = perf_model.PerformanceModel._alpha
-    perf_model.PerformanceModel._alpha = _floor_pc_alpha
+    alpha = perf_model.PerformanceModel._alpha_of
+    perf_model.PerformanceModel._alpha_of = _floor_pc_alpha_of
     try:
         row("skew alpha at the chunk's grid floor (before)", Evaluator(cfg, real).table(shipped))
     finally:
-        perf_model.PerformanceModel._alpha = alpha
+        perf_model.PerformanceModel._alpha_of = alpha
     sim = build_simulation(cfg)
     sim.run()
     calls = outputs.call_rows(sim.cluster.finished_calls, sim.programs)

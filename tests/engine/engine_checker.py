@@ -76,6 +76,14 @@ class EngineChecker:
             self.samples[rid] += sr.samples
             assert self.computed[rid] == req.num_computed_tokens
             assert req.num_computed_tokens <= req.num_tokens + req.num_placeholders
+        # the batch's tallies (SchedulerOutput; timing and metrics read them) are its entries'
+        decodes = [sr.ctx_before + 1 for sr in out.scheduled if sr.num_new == 1 and sr.ctx_before > 0]
+        chunks = [sr for sr in out.scheduled if not (sr.num_new == 1 and sr.ctx_before > 0)]
+        assert (out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min) == (
+            len(decodes), sum(decodes), max(decodes, default=0), min(decodes, default=0))
+        assert out.prefill_tokens == sum(sr.num_new for sr in chunks)
+        assert out.prefill_ctx_sum == sum(sr.num_new * sr.ctx_before for sr in chunks)
+        assert out.num_sampled == sum(sr.samples for sr in out.scheduled)
         for r in out.preempted:
             self.preemptions += 1
             assert r.status == RequestStatus.PREEMPTED and r.num_computed_tokens == 0

@@ -21,6 +21,7 @@ from llmservingsim.memory_model import weight_bytes
 from llmservingsim.model_config import load_model
 from llmservingsim.op_cost import moe_work
 from llmservingsim.perf_model import BatchShape
+from llmservingsim.scheduler import ScheduledRequest, SchedulerOutput
 from program_layer.run import build_simulation
 
 QWEN = "Qwen/Qwen3-30B-A3B-Instruct-2507"
@@ -103,15 +104,11 @@ def test_lockstep_step_is_the_slowest_rank_and_a_dummy_is_one_token():
     assert t1.comm_ns == 24_000 + 599_000
 
 
-class _Out:
-    """A scheduler output of (num_new, ctx_before) requests."""
-
-    def __init__(self, reqs):
-        self.scheduled = [SimpleNamespace(num_new=n, ctx_before=c, samples=True) for n, c in reqs]
-        self.preempted = []
-
-    def __bool__(self):
-        return bool(self.scheduled)
+def _Out(reqs) -> SchedulerOutput:
+    """A scheduler output of (num_new, ctx_before) requests, with its tallies."""
+    out = SchedulerOutput([ScheduledRequest(None, n, c, True) for n, c in reqs])
+    out.tally(out.scheduled)
+    return out
 
 
 # ---- waves: dummy steps and the 32-step finish sync ---------------------------------------

@@ -24,7 +24,7 @@ def test_free_queue_operations():
     q = FreeBlockQueue(blocks)
     assert q.popleft() is blocks[0]
     assert q.num_free == 4 and ids(q) == [1, 2, 3, 4]
-    assert blocks[0].free_run is None
+    assert blocks[0].block_id not in ids(q)          # it may still name its old run
     q.remove(blocks[2])                             # from the middle
     assert ids(q) == [1, 3, 4] and q.num_free == 3
     q.append(blocks[0])
@@ -169,3 +169,5 @@ def test_free_queue_matches_a_list_model(ops, slack):
                 model.insert(0, i)
         assert q.block_ids() == model and q.num_free == len(model)
         assert q._places <= 2 * len(blocks) + slack     # empty places stay O(blocks)
+        for run in q.runs:                              # the no-empty-place test is exact
+            assert run.live == sum(b.free_run is run for b in run.blocks[run.pos:])

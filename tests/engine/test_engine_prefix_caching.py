@@ -301,3 +301,33 @@ def test_duplicate_block_stays_hittable_after_other_copy_evicted():
     sched.schedule()
     assert d.num_cached_tokens == 96
     kv.check_invariants()
+
+
+def test_next_call_reads_the_stream_memo_and_eviction_cuts_it():
+    """A program's next call (same token stream) gets its predecessor's published blocks from
+    the stream's memo without looking their hashes up; evicting the predecessor's tail (the
+    free queue takes it first) cuts the memo back to the surviving prefix, exactly."""
+    from llmservingsim.tokens import TokenStream
+    kv = create_kv(num_blocks=11)
+    stream = TokenStream(uid=77, block_size=BLOCK)
+    call0 = make_request(0, num_tokens=5 * 16 + 3, stream=stream)     # 5 full blocks + 3 tokens
+    ok, hits, _ = allocate(kv, call0)
+    assert ok and hits == [] and block_ids(kv, call0) == [1, 2, 3, 4, 5, 6]
+    memo = kv.pool.memo_of(stream)
+    assert memo.valid == 5 and [b.block_id for b in memo.blocks] == [1, 2, 3, 4, 5]
+    kv.free(call0)
+    assert free_order(kv) == [7, 8, 9, 10, 6, 5, 4, 3, 2, 1]
+
+    other = make_request(9, num_tokens=6 * 16)          # 6 fresh blocks: 7..10, then 6 and 5
+    allocate(kv, other)
+    assert block_ids(kv, other) == [7, 8, 9, 10, 6, 5]
+    assert memo.valid == 4 and memo.cuts == 1           # block 5 (place 4) lost its content
+
+    lookups = []
+    get = kv.pool.cached.get
+    kv.pool.cached = type("Counting", (dict,), {"get": lambda self, h: lookups.append(h) or get(h)})(kv.pool.cached)
+    call1 = make_request(1, num_tokens=8 * 16 + 1, stream=stream)
+    hits, num_hit = kv.get_computed_blocks(call1)
+    assert [b.block_id for b in hits] == [1, 2, 3, 4] and num_hit == 64
+    assert lookups == stream.block_hashes(8)[4:8]       # only the hashes after the memo
+    kv.check_invariants()

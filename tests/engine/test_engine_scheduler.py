@@ -298,3 +298,51 @@ def test_resumed_request_recomputes_prompt_and_outputs():
     assert resumed, "b was never re-admitted with a prefix hit"
     assert a.num_output_tokens == 30 and b.num_output_tokens == 30
     assert_engine_empty(sched)
+
+
+def test_decode_inside_its_last_block_allocates_nothing_and_publishes_the_block_it_completes():
+    """A running decode whose token fits in its blocks takes the scheduler's inlined path:
+    no block is taken, and the step whose token completes block 0 publishes it (at schedule
+    time, as allocate_slots does). Prompt 14 tokens, block 16: the prefill step takes one
+    block; decodes at 14 and 15 computed tokens fit in it, the one at 15 completes it."""
+    sched = create_scheduler(num_blocks=10)
+    kv = sched.kv
+    req = make_request(0, list(range(40)), num_tokens=14, max_tokens=10)
+    sched.add_request(req)
+    out, _ = step(sched, 0)
+    assert (out.num_decodes, out.prefill_tokens, out.num_sampled) == (0, 14, 1)
+    free = kv.num_free_blocks
+    assert len(block_ids(kv, req)) == 1 and kv.num_cached_blocks[0] == 0
+    out, _ = step(sched, 1)             # decode at 14 -> 15 computed: nothing to publish
+    assert [(sr.num_new, sr.ctx_before, sr.samples) for sr in out.scheduled] == [(1, 14, True)]
+    assert (out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min) == (1, 15, 15, 15)
+    assert kv.num_free_blocks == free and kv.num_cached_blocks[0] == 0
+    out, _ = step(sched, 2)             # decode at 15 -> 16: completes and publishes block 0
+    assert kv.num_free_blocks == free and kv.num_cached_blocks[0] == 1
+    assert kv.pool.cached.get(req.stream.block_hashes(1)[0]) is kv.get_blocks(0)[0]
+    out, _ = step(sched, 3)             # decode at 16 -> 17: a new block (allocate_slots)
+    assert kv.num_free_blocks == free - 1 and len(block_ids(kv, req)) == 2
+    assert (out.num_decodes, out.decode_kv_sum, out.num_sampled) == (1, 17, 1)
+
+
+def test_priority_victim_already_scheduled_is_untallied():
+    """Priority policy, 3 usable blocks of 16: A (priority 1) runs first and holds two
+    blocks, B (priority 0) is admitted next into the last one. In the next step A's decode
+    (inside its last block) is scheduled first; B's decode needs a block, none is free, so
+    A, the lowest priority, is preempted although already scheduled: it gives its token
+    back and frees its blocks, B takes one, and the batch's tallies count B alone."""
+    sched = create_scheduler(num_blocks=4, policy="priority")
+    a = make_request(0, num_tokens=16, max_tokens=5, priority=1, arrival_ns=0)
+    b = make_request(1, num_tokens=16, max_tokens=5, priority=0, arrival_ns=1)
+    sched.add_request(a)
+    step(sched, 0)
+    sched.add_request(b)
+    out, _ = step(sched, 1)
+    assert scheduled_ids(out) == [0, 1] and sched.kv.num_free_blocks == 0
+    assert (out.num_decodes, out.decode_kv_sum, out.prefill_tokens, out.num_sampled) == (1, 17, 16, 2)
+    out, _ = step(sched, 2)
+    assert scheduled_ids(out) == [1] and [r.request_id for r in out.preempted] == [0]
+    assert (out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min) == (1, 17, 17, 17)
+    assert (out.prefill_tokens, out.prefill_ctx_sum, out.num_sampled, out.num_tokens) == (0, 0, 1, 1)
+    assert a.num_computed_tokens == 0 and a.num_placeholders == 0 and a.status == RequestStatus.PREEMPTED
+    assert sched.kv.num_free_blocks == 1

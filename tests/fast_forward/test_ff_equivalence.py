@@ -98,3 +98,45 @@ def test_fast_forward_engages_with_requests_waiting(tmp_path):
     run_config(cfg, b, step_mode=True)
     for name in ("calls.csv", "programs.csv", "timeseries.csv", "summary.json"):
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def _handed_timings(monkeypatch, cfg) -> list:
+    """Run ``cfg``; the timings fast-forward handed to launches, each checked against the
+    timing of the launched batch itself."""
+    from llmservingsim.instance import Instance
+    from program_layer.run import build_simulation
+    launch = Instance._launch
+    handed = []
+
+    def checked(inst, out, now, timing=None):
+        if timing is not None:
+            handed.append(timing)
+            assert timing == inst.timer.time(out)
+        launch(inst, out, now, timing)
+    with monkeypatch.context() as m:
+        m.setattr(Instance, "_launch", checked)
+        sim = build_simulation(cfg)
+        sim.run()
+    return handed
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n_programs=st.integers(1, 8), max_num_seqs=st.integers(2, 16))
+def test_the_step_after_a_bulk_run_launches_with_its_own_timing(tmp_path, monkeypatch, seed, n_programs,
+                                                              max_num_seqs):
+    """Fast-forward times the step after its bulk steps while planning them and hands that
+    timing to the launch: it is the timing the step's own batch gets."""
+    cfg = {"model": "meta-llama/Llama-3.1-8B", "hardware": "RTXPRO6000",
+           "engine": {"max_num_seqs": max_num_seqs, "kv_pool_tokens": 200 * 16},
+           "workload": {"path": _workload(tmp_path, seed, n_programs)}}
+    try:
+        _handed_timings(monkeypatch, cfg)
+    except StuckError:
+        pass
+
+
+def test_a_decode_heavy_cell_hands_timings_on(tmp_path, monkeypatch):
+    """The property above is only meaningful if timings are handed on."""
+    cfg = {"model": "meta-llama/Llama-3.1-8B", "hardware": "RTXPRO6000",
+           "workload": {"path": _workload(tmp_path, 7, 6)}}
+    assert len(_handed_timings(monkeypatch, cfg)) > 0

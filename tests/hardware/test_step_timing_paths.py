@@ -1,0 +1,129 @@
+"""The step timer's shortcuts give the plain formulas' floats exactly.
+
+- ``GridND.line`` (a mixed step reads attention at two decode KV lengths with the leading
+  axes' brackets shared) against the multilinear formula written out corner by corner;
+- ``PerformanceModel._alpha_of`` (the skew fit's fixed labels looked up once) against the
+  profiler's bucket lookup done in full for each batch;
+- ``StepTimer.time_shape`` of a pure-decode shape (delegated to ``time_decode``) against
+  its parts computed from the general formula.
+"""
+from __future__ import annotations
+
+import bisect
+
+from hypothesis import given, settings, strategies as st
+
+from llmservingsim.interp import GridND, bracket
+from llmservingsim.perf_model import BatchShape
+from llmservingsim.paths import examples_dir
+from program_layer.config import load_config
+from program_layer.run import build_simulation
+
+
+def _corner_sum(grid: GridND, point) -> float:
+    """The multilinear value at ``point``: every corner of the bracketing cell, the axes'
+    weights multiplied in axis order, summed in corner order (bit k = axis k)."""
+    idx, wts = zip(*(bracket(a, x) for a, x in zip(grid.axes, point)))
+    total = 0.0
+    for corner in range(1 << len(point)):
+        weight, v = 1.0, grid._nested
+        for k in range(len(point)):
+            if corner >> k & 1:
+                weight *= wts[k]
+                v = v[idx[k] + 1 if len(grid.axes[k]) > 1 else idx[k]]
+            else:
+                weight *= 1.0 - wts[k]
+                v = v[idx[k]]
+        if weight:
+            total += weight * v
+    return total
+
+
+@st.composite
+def _grid_and_points(draw):
+    d = draw(st.integers(1, 4))
+    sizes = [draw(st.integers(1, 4)) for _ in range(d)]
+    axes = [sorted(draw(st.sets(st.integers(0, 5000), min_size=n, max_size=n))) for n in sizes]
+
+    def values(depth):
+        if depth == d:
+            return draw(st.floats(-1e4, 1e4, allow_nan=False))
+        return [values(depth + 1) for _ in axes[depth]]
+    grid = GridND(axes, values(0))
+    coord = st.floats(-100, 6000, allow_nan=False)
+    lead = [draw(coord) for _ in range(d - 1)]
+    lasts = draw(st.lists(coord, min_size=1, max_size=3))
+    return grid, lead, lasts
+
+
+@settings(max_examples=300, deadline=None)
+@given(_grid_and_points())
+def test_grid_line_is_the_corner_sum(case):
+    grid, lead, lasts = case
+    at = grid.line(*lead)
+    for x in lasts:
+        assert at(x) == _corner_sum(grid, (*lead, x))
+        if len(grid.axes) != 2:
+            assert grid(*lead, x) == _corner_sum(grid, (*lead, x))
+
+
+def _label(bins, labels, x):
+    i = max(bisect.bisect_left(bins, x) - 1, 0)
+    return labels[min(i, len(labels) - 1)] if labels else None
+
+
+def _alpha_in_full(sk, prefill_tokens, nd, mean_kv, kv_min, kv_max, prefill_ctx) -> float:
+    pc = float(prefill_tokens)
+    if pc not in sk.pc_set:
+        return sk.alpha_default
+    rate = (mean_kv - kv_min) / (kv_max - kv_min)
+    key = (pc, _label(sk.n_bins, sk.n_labels, nd), _label(sk.sr_bins, sk.sr_labels, rate),
+           _label(sk.kvb_bins, sk.kvb_labels, kv_max), _label(sk.kp_bins, sk.kp_labels, prefill_ctx))
+    return sk.table.get(key, sk.alpha_default)
+
+
+_SIM = {}
+
+
+def _timer():
+    if "t" not in _SIM:
+        cfg = load_config(examples_dir() / "validation" / "RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10.yaml")
+        sim = build_simulation(cfg)
+        _SIM["t"] = sim.cluster.instances[0].timer
+    return _SIM["t"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_alpha_of_is_the_full_bucket_lookup(data):
+    perf = _timer().perf
+    sk = perf.bundle.skew
+    assert sk is not None and sk.table
+    pcs = sorted(sk.pc_set)
+    pt = data.draw(st.one_of(st.sampled_from(pcs), st.integers(0, 5000)).map(int))
+    nd = data.draw(st.integers(2, 300))
+    kv_min = data.draw(st.integers(1, 50_000))
+    kv_max = kv_min + data.draw(st.integers(1, 100_000))
+    kv_sum = data.draw(st.integers(kv_min * (nd - 1) + kv_max, kv_min + kv_max * (nd - 1)))
+    pctx = data.draw(st.one_of(st.just(0.0), st.floats(0, 100_000)))
+    mean = kv_sum / nd
+    rate = (mean - kv_min) / (kv_max - kv_min)
+    assert perf._alpha_of(pt, nd, pctx)(rate, kv_max) == _alpha_in_full(sk, pt, nd, mean, kv_min, kv_max, pctx)
+
+
+@settings(max_examples=200, deadline=None)
+@given(nd=st.integers(1, 300), kv_min=st.integers(1, 50_000), spread=st.integers(0, 50_000), data=st.data())
+def test_pure_decode_time_shape_is_the_general_formula(nd, kv_min, spread, data):
+    """time_shape delegates a pure-decode shape to time_decode (comm and overhead kept per
+    batch size); the general formula's parts give the same integers."""
+    timer = _timer()
+    kv_max = kv_min + (spread if nd > 1 else 0)
+    kv_sum = data.draw(st.integers(kv_min * (nd - 1) + kv_max, kv_min + kv_max * (nd - 1))) if nd > 1 else kv_min
+    shape = BatchShape(0, 0.0, 0, nd, kv_sum, kv_max, kv_min)
+    t = timer.time_shape(shape)
+    compute_us = timer.perf.compute_us(shape)
+    compute = round(compute_us * 1000.0)
+    overhead = round(timer.framework.us(0, 0, nd, compute_us) * 1000.0)
+    comm = timer.comm.exposed_comm_ns(shape) if timer.comm is not None else 0
+    assert (t.compute_ns, t.comm_ns, t.overhead_ns) == (compute, comm, overhead)
+    assert t.total_ns == max(compute + comm + overhead, 1000)
