@@ -25,7 +25,6 @@ import argparse
 import csv
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -35,8 +34,9 @@ from .hardware import load_device
 from .model_config import ModelSpec, load_model
 from .op_cost import (UNSHARDED, Roofline, attention_work, dense_work, fit_roofline, moe_work,
                       op_class, per_sequence_work, size_weights)
-from .paths import profiles_dir
-from .profiles import ProfileBundle, bundle_dir, load_bundle, measured_tps
+from .paths import hardware_dir, profiles_dir
+from .profiles import (ProfileBundle, bundle_dir, bundle_from_columns, load_bundle, load_meta, measured_tps,
+                       table_columns)
 
 TABLES = ("dense.csv", "per_sequence.csv", "attention.csv", "moe.csv")
 ATTENTION_AXES = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
@@ -68,15 +68,17 @@ class _Table:
     rows: list
 
 
-def _read(path: Path, model: ModelSpec) -> _Table:
+def _read(path: Path, model: ModelSpec, tp: int = 1) -> tuple[_Table, list]:
     """A source table, every row checked against the cost model (an op it does not know, or
-    a time that is not a number > 0, is a ProfileError naming the file and line)."""
+    a time that is not a number > 0, is a ProfileError naming the file and line), and per
+    row (op, its work at ``tp``, the source's TP degree)."""
     reader = csv.DictReader(line for _, line in iter_lines(path, error=ProfileError, what="profile table"))
     rows = list(reader)
     fields = list(reader.fieldnames or [])
+    works = []
     for i, r in enumerate(rows, start=2):
         try:
-            _work(model, path.name, r, 1)
+            works.append(_work(model, path.name, r, tp))
             ok = float(r["time_us"]) > 0
         except KeyError as exc:
             raise ProfileError(f"the op cost model does not know {exc.args[0]!r} (column or op name)",
@@ -85,7 +87,7 @@ def _read(path: Path, model: ModelSpec) -> _Table:
             ok = False
         if not ok:
             raise ProfileError(f"time_us must be a number > 0, got {r.get('time_us')!r}", file=str(path), line=i)
-    return _Table(path.name, fields, rows)
+    return _Table(path.name, fields, rows), works
 
 
 def scaled_time(t_m: float, roof: Roofline, work_m, work_k) -> float:
@@ -130,14 +132,31 @@ def check_tp(spec: ModelSpec, tp: int, key: str = "tp") -> None:
                           f"heads; TP={tp} does not divide them (vLLM requires it)", key=key)
 
 
-def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None,
-           from_tp: Optional[int] = None, out: Optional[Path] = None) -> Path:
-    """Write ``tp<tp>/`` of (hardware, model, variant) from the nearest measured TP bundle
-    (or ``from_tp``) and return its folder (``out`` instead of the bundle's own ``tp<tp>``
-    when given). Never overwrites a measured bundle."""
-    spec = load_model(model)
+@dataclass
+class Derivation:
+    """A derived tp<tp> bundle before it is written: the source TP ``m`` and folder, the
+    fitted rooflines, and the tables with every sharded op's ``time_us`` replaced by its
+    scaled time as the file holds it (``%.4f``)."""
+    hardware: str
+    model: str
+    variant: str
+    tp: int
+    m: int
+    src: Path
+    bandwidth_gbs: float
+    tflops: float
+    fits: dict
+    tables: list
+
+
+def derivation(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None,
+               from_tp: Optional[int] = None, spec: Optional[ModelSpec] = None, device=None) -> Derivation:
+    """The tp<tp> bundle of (hardware, model, variant) derived from the nearest measured TP
+    bundle (or ``from_tp``); ``spec`` and ``device`` are loaded by name when not given.
+    A measured tp<tp> is never replaced (ProfileError)."""
+    spec = spec or load_model(model)
     check_tp(spec, tp)
-    device = load_device(hardware)
+    device = device or load_device(hardware)
     base = Path(root or profiles_dir()) / hardware / model / variant
     measured = measured_tps(base)
     if not measured:
@@ -148,26 +167,32 @@ def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path
     m = nearest_measured(measured, tp) if from_tp is None else from_tp
     if m not in measured:
         raise ProfileError(f"tp{m} is not a measured bundle (measured: {measured})", file=str(base / f"tp{m}"))
-    src, dst = base / f"tp{m}", (Path(out) if out is not None else base / f"tp{tp}")
-    tables = [_read(src / name, spec) for name in TABLES if (src / name).exists()]
-    works = table_works(spec, tables, m)          # each row's work at the source TP, once
+    src = base / f"tp{m}"
+    read = [_read(src / name, spec, m) for name in TABLES if (src / name).exists()]
+    tables = [t for t, _ in read]
+    works = [w for _, w in read]          # each row's work at the source TP, once
     fits = fit_source(spec, tables, m, device.memory_bandwidth_gbs, device.peak_bf16_tflops, works)
-    dst.mkdir(parents=True, exist_ok=True)
+    out = []
     for t, t_works in zip(tables, works):
-        with open(dst / t.name, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=t.fields, lineterminator="\n")
-            w.writeheader()
-            for r, (op, w_m) in zip(t.rows, t_works):
-                if op not in UNSHARDED:
-                    _, w_k = _work(spec, t.name, r, tp)
-                    t_k = scaled_time(float(r["time_us"]), fits[op_class(op)], w_m, w_k)
-                    r = dict(r, time_us=f"{t_k:.4f}")
-                w.writerow(r)
-    if (src / "skew_fit.csv").exists():
-        shutil.copyfile(src / "skew_fit.csv", dst / "skew_fit.csv")
+        rows = []
+        for r, (op, w_m) in zip(t.rows, t_works):
+            if op not in UNSHARDED:
+                _, w_k = _work(spec, t.name, r, tp)
+                t_k = scaled_time(float(r["time_us"]), fits[op_class(op)], w_m, w_k)
+                r = dict(r, time_us=f"{t_k:.4f}")
+            rows.append(r)
+        out.append(_Table(t.name, t.fields, rows))
+    return Derivation(hardware, model, variant, tp, m, src, device.memory_bandwidth_gbs,
+                      device.peak_bf16_tflops, fits, out)
+
+
+def provenance_note(d: Derivation) -> str:
+    """The PROVENANCE.md of a derived folder (``profiles._provenance`` reads "derived from
+    tp<m>" from its "Generated from ../tp<m>")."""
+    hardware, model, variant, tp, m = d.hardware, d.model, d.variant, d.tp, d.m
     fit_lines = "\n".join(
-        f"| {c} | {r.bandwidth_gbs:.1f} | {r.tflops:.1f} | {r.launch_us:.3f} |" for c, r in fits.items())
-    (dst / "PROVENANCE.md").write_text(
+        f"| {c} | {r.bandwidth_gbs:.1f} | {r.tflops:.1f} | {r.launch_us:.3f} |" for c, r in d.fits.items())
+    return (
         f"# DERIVED bundle: {hardware} {model} {variant} tp{tp}\n\n"
         f"Not measured. Generated from ../tp{m} by `python -m llmservingsim.derive_bundle {hardware} {model} "
         f"--tp {tp}` (see llmservingsim/derive_bundle.py and llmservingsim/op_cost.py): every sharded op "
@@ -176,9 +201,26 @@ def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path
         f"embedding and sampler unchanged; skew_fit.csv copied from tp{m}; no step_overhead.csv (tp{m}'s "
         f"residual belongs to tp{m}'s kernels). Replace with a measured tp{tp} bundle when one exists.\n\n"
         f"Rooflines fitted on the tp{m} tables only (relative least squares, each op's size octaves weighted alike, bounded by {hardware}'s "
-        f"datasheet {device.memory_bandwidth_gbs:g} GB/s and {device.peak_bf16_tflops:g} TFLOP/s):\n\n"
-        f"| op class | BW (GB/s) | F (TFLOP/s) | launch (µs) |\n|---|---:|---:|---:|\n{fit_lines}\n",
-        encoding="utf-8")
+        f"datasheet {d.bandwidth_gbs:g} GB/s and {d.tflops:g} TFLOP/s):\n\n"
+        f"| op class | BW (GB/s) | F (TFLOP/s) | launch (µs) |\n|---|---:|---:|---:|\n{fit_lines}\n")
+
+
+def derive(hardware: str, model: str, tp: int, variant: str = "bf16", root: Path | None = None,
+           from_tp: Optional[int] = None, out: Optional[Path] = None) -> Path:
+    """Write ``tp<tp>/`` of (hardware, model, variant) from the nearest measured TP bundle
+    (or ``from_tp``) and return its folder (``out`` instead of the bundle's own ``tp<tp>``
+    when given). Never overwrites a measured bundle."""
+    d = derivation(hardware, model, tp, variant, root, from_tp)
+    dst = Path(out) if out is not None else d.src.parent / f"tp{tp}"
+    dst.mkdir(parents=True, exist_ok=True)
+    for t in d.tables:
+        with open(dst / t.name, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=t.fields, lineterminator="\n")
+            w.writeheader()
+            w.writerows(t.rows)
+    if (d.src / "skew_fit.csv").exists():
+        shutil.copyfile(d.src / "skew_fit.csv", dst / "skew_fit.csv")
+    (dst / "PROVENANCE.md").write_text(provenance_note(d), encoding="utf-8")
     return dst
 
 
@@ -188,9 +230,10 @@ _DERIVED: dict = {}          # (bundle folder, tp) -> bundle derived on the fly 
 def load_or_derive(hardware: str, model: str, tp: int, variant: str = "bf16",
                    root: Optional[Path] = None, tp_key: str = "tp", device=None, spec=None) -> ProfileBundle:
     """The bundle ``load_bundle`` finds; where the TP degree has no folder but another TP is
-    measured, one derived now from the nearest measured TP (as ``derive`` writes it), in a
-    temporary folder that is removed at once: a run never writes into the profile tree, and
-    its bundle's ``provenance`` says "derived from tp<m> on the fly". Where no TP of the
+    measured, one derived now from the nearest measured TP, built in memory with the very
+    tables ``derive`` writes and ``load_bundle`` would read back (profiles.table_columns): a
+    run never writes into the profile tree, and its bundle's ``provenance`` says "derived
+    from tp<m> on the fly". Where no TP of the
     model is measured on the device (and the profile root exists), one synthesized from the
     device's datasheet numbers (synthesize_bundle.load_synthesized: "synthesized from
     datasheet on the fly"); ``device`` and ``spec`` are the run's Device and ModelSpec
@@ -206,19 +249,17 @@ def load_or_derive(hardware: str, model: str, tp: int, variant: str = "bf16",
         return load_synthesized(device or load_device(hardware), spec, tp, base / f"tp{tp}")
     key = (str(base), tp)
     if key not in _DERIVED:
-        with tempfile.TemporaryDirectory(prefix="agentservesim-derived-") as tmp:
-            shadow = Path(tmp) / hardware / model / variant
-            shadow.mkdir(parents=True)
-            if (base / "meta.yaml").is_file():
-                shutil.copyfile(base / "meta.yaml", shadow / "meta.yaml")
-            try:
-                derive(hardware, model, tp, variant, root=root, out=shadow / f"tp{tp}")
-            except ConfigError as exc:          # a TP the model cannot take: the caller's key
-                raise ConfigError(exc.message, key=tp_key) from None
-            bundle = load_bundle(hardware, model, tp, variant, root=Path(tmp), cache=False)   # _DERIVED keeps it
-        bundle.path = base / f"tp{tp}"          # where it would live (the folder is gone)
-        bundle.provenance += " on the fly"
-        _DERIVED[key] = bundle
+        if device is not None and Path(device.path) != hardware_dir() / f"{hardware}.yaml":
+            device = None       # a device file of another folder: derive from the named one, as the CLI does
+        try:
+            d = derivation(hardware, model, tp, variant, root=root, device=device)   # the model by name, as the CLI
+        except ConfigError as exc:          # a TP the model cannot take: the caller's key
+            raise ConfigError(exc.message, key=tp_key) from None
+        where = base / f"tp{tp}"            # where it would live (nothing is written)
+        tables = {t.name: table_columns(t.name, t.fields, t.rows, where / t.name) for t in d.tables}
+        _DERIVED[key] = bundle_from_columns(where, tp, load_meta(base / "meta.yaml"), tables,
+                                            d.src / "skew_fit.csv", base / "meta.yaml",
+                                            f"derived from tp{d.m} on the fly")
     return _DERIVED[key]
 
 

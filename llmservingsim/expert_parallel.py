@@ -125,7 +125,7 @@ def moe_timer(model: ModelSpec, device, bundle, par: MoEParallel) -> MoERankTime
     """A :class:`MoERankTimer` on the measured moe.csv nearest to the bundle's TP, its MoE
     roofline fitted once per (table, TP) in this process."""
     from .derive_bundle import _read, fit_source      # the derivation's own reader and fit
-    from .profiles import _moe
+    from .profiles import MOE_COLUMNS, _moe, _read_csv
     if bundle.provenance.startswith("synthesized from datasheet") and bundle.moe is not None:
         # no measured moe.csv exists: the synthesized table and the roofline it was made with
         from .device_efficiency import load_fit
@@ -133,9 +133,9 @@ def moe_timer(model: ModelSpec, device, bundle, par: MoEParallel) -> MoERankTime
     path, m = moe_source(Path(bundle.path), bundle.tp)
     key = (str(path), model.name, m)
     if key not in _FITS:
-        table = _read(path, model)
-        roof = fit_source(model, [table], m, device.memory_bandwidth_gbs, device.peak_bf16_tflops)["moe"]
-        _FITS[key] = (_moe(path), roof)
+        table, works = _read(path, model, m)
+        roof = fit_source(model, [table], m, device.memory_bandwidth_gbs, device.peak_bf16_tflops, [works])["moe"]
+        _FITS[key] = (_moe(_read_csv(path, MOE_COLUMNS), path), roof)
     grid, roof = _FITS[key]
     return MoERankTimer(model, grid, m, roof, par)
 

@@ -28,6 +28,7 @@ bundle it derives from and uses only the ratio of two roofline times.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -91,11 +92,17 @@ class Shards:
     def of(cls, model: ModelSpec, tp: int) -> "Shards":
         if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
             raise ValueError(f"tp must be an integer >= 1, got {tp!r}")
-        return cls(hidden=model.hidden_size, q_heads=model.num_heads / tp,
-                   kv_heads=max(model.num_kv_heads // tp, 1), head_dim=model.head_dim,
-                   intermediate=model.intermediate_size / tp,
-                   moe_intermediate=model.moe_intermediate_size / tp,
-                   vocab=model.vocab_size / tp, dtype=model.dtype_bytes)
+        return _shards(model, tp)
+
+
+@functools.lru_cache(maxsize=64)
+def _shards(model: ModelSpec, tp: int) -> Shards:
+    """``Shards.of`` once per (model, tp): a derivation asks for it once per profile row."""
+    return Shards(hidden=model.hidden_size, q_heads=model.num_heads / tp,
+                  kv_heads=max(model.num_kv_heads // tp, 1), head_dim=model.head_dim,
+                  intermediate=model.intermediate_size / tp,
+                  moe_intermediate=model.moe_intermediate_size / tp,
+                  vocab=model.vocab_size / tp, dtype=model.dtype_bytes)
 
 
 def _gemm(m: float, k: float, n: float, dtype: int) -> Work:

@@ -198,9 +198,17 @@ def _pow2(values) -> list[float]:
     return sorted(v for v in set(values) if v > 0 and (int(v) & (int(v) - 1)) == 0)
 
 
-def _attention(path: Path) -> AttentionTables:
-    axes = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode")
-    cols = _read_csv(path, axes + ("time_us",))
+ATTENTION_COLUMNS = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us")
+DENSE_COLUMNS = ("layer", "tokens", "time_us")
+PER_SEQUENCE_COLUMNS = ("layer", "sequences", "time_us")
+MOE_COLUMNS = ("tokens", "activated_experts", "time_us")
+# The columns the loader reads from each table of a tp<N> folder (moe.csv only for MoE models).
+TABLE_COLUMNS = {"dense.csv": DENSE_COLUMNS, "per_sequence.csv": PER_SEQUENCE_COLUMNS,
+                 "attention.csv": ATTENTION_COLUMNS, "moe.csv": MOE_COLUMNS}
+
+
+def _attention(cols: dict[str, list], path: Path) -> AttentionTables:
+    axes = ATTENTION_COLUMNS[:4]
     # (chunk, kv_prefill, n_decode, kv_decode) -> time; a repeated point: the last row's
     pts = dict(zip(zip(*(cols[a] for a in axes)), cols["time_us"]))
     P = _pow2(cols["prefill_chunk"])
@@ -279,8 +287,7 @@ def _skew(meta: dict, tp: int, path: Path, meta_path: Path) -> Optional[SkewFit]
         pc_set=frozenset(k[0] for k in table))
 
 
-def _moe(path: Path) -> GridND:
-    cols = _read_csv(path, ("tokens", "activated_experts", "time_us"))
+def _moe(cols: dict[str, list], path: Path) -> GridND:
     toks = sorted(set(cols["tokens"]))
     experts = sorted(set(cols["activated_experts"]))
     pts = dict(zip(zip(cols["tokens"], cols["activated_experts"]), cols["time_us"]))
@@ -329,6 +336,16 @@ def bundle_dir(hardware: str, model: str, variant: str = "bf16", root: Optional[
     return Path(root or profiles_dir()) / hardware / model / variant
 
 
+def load_meta(meta_path: Path) -> dict:
+    """A bundle's meta.yaml as a mapping ({} when there is none)."""
+    meta = {}
+    if meta_path.exists():
+        meta = load_yaml(meta_path, error=ProfileError, what="bundle meta.yaml") or {}
+        if not isinstance(meta, dict):
+            raise ProfileError("meta.yaml must be a mapping", file=str(meta_path))
+    return meta
+
+
 _CACHE: dict = {}
 
 
@@ -346,19 +363,56 @@ def load_bundle(hardware: str, model: str, tp: int, variant: str = "bf16",
         avail = sorted(p.name for p in base.glob("tp*")) if base.is_dir() else []
         raise ProfileError(f"no profile bundle for {model} on {hardware} at TP={tp} (expected {tp_dir}; "
                            f"available: {avail or 'none'})", file=str(tp_dir))
-    meta = {}
-    if meta_path.exists():
-        meta = load_yaml(meta_path, error=ProfileError, what="bundle meta.yaml") or {}
-        if not isinstance(meta, dict):
-            raise ProfileError("meta.yaml must be a mapping", file=str(meta_path))
-    dense = _by_layer(_read_csv(tp_dir / "dense.csv", ("layer", "tokens", "time_us")), "tokens")
-    per_seq = _by_layer(_read_csv(tp_dir / "per_sequence.csv", ("layer", "sequences", "time_us")), "sequences")
-    bundle = ProfileBundle(path=tp_dir, tp=tp, meta=meta, dense=dense, per_sequence=per_seq,
-                           attention=_attention(tp_dir / "attention.csv"),
-                           skew=_skew(meta, tp, tp_dir / "skew_fit.csv", meta_path))
-    if (tp_dir / "moe.csv").exists():
-        bundle.moe = _moe(tp_dir / "moe.csv")
-    bundle.provenance = _provenance(tp_dir)
+    meta = load_meta(meta_path)
+    tables = {name: _read_csv(tp_dir / name, required) for name, required in TABLE_COLUMNS.items()
+              if name != "moe.csv" or (tp_dir / name).exists()}
+    bundle = bundle_from_columns(tp_dir, tp, meta, tables, tp_dir / "skew_fit.csv", meta_path,
+                                 _provenance(tp_dir))
     if cache:
         _CACHE[key] = bundle
+    return bundle
+
+
+def table_columns(name: str, header: list, rows: list, where: Path) -> dict[str, list]:
+    """The columns ``_read_csv`` returns for a file ``name`` (a key of ``TABLE_COLUMNS``)
+    holding ``header`` and ``rows`` as csv.writer writes them, without the file: a cell is
+    str, int or float, and csv writes each as ``str(cell)``, which ``float`` reads back
+    exactly (an int below 2**53, a float by its repr, a string as itself). So a bundle built
+    in memory has the very tables of the written-and-reloaded one (the on-the-fly paths of
+    derive_bundle and synthesize_bundle rely on it). A bad cell is the same ProfileError the
+    loader raises, naming ``where``."""
+    required = TABLE_COLUMNS[name]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ProfileError(f"missing column(s) {missing}", file=str(where), line=1)
+    columns = {}
+    for k in required:
+        col = [r[header.index(k)] for r in rows] if rows and not isinstance(rows[0], dict) \
+            else [r[k] for r in rows]
+        if k != "layer":
+            col = _floats(col, False)
+            if col is None:     # only the checked reader says which cell
+                raise ProfileError(f"column '{k}' must be a finite number >= 0", file=str(where))
+        columns[k] = col
+    if not columns[required[0]]:
+        raise ProfileError("empty profile table", file=str(where))
+    return columns
+
+
+def bundle_from_columns(tp_dir: Path, tp: int, meta: dict, tables: dict[str, dict[str, list]],
+                        skew_path: Path, meta_path: Path, provenance: str) -> ProfileBundle:
+    """A bundle from its tables' columns (``_read_csv``'s or ``table_columns``'s, by file name;
+    moe.csv optional): the one place that turns profile columns into interpolation tables,
+    for a bundle read from disk and one built in memory alike. A table missing from
+    ``tables`` is the loader's "missing profile file" ProfileError."""
+    for name in TABLE_COLUMNS:
+        if name not in tables and name != "moe.csv":
+            raise ProfileError(f"missing profile file (expected {tp_dir / name})", file=str(tp_dir / name))
+    bundle = ProfileBundle(path=tp_dir, tp=tp, meta=meta,
+                           dense=_by_layer(tables["dense.csv"], "tokens"),
+                           per_sequence=_by_layer(tables["per_sequence.csv"], "sequences"),
+                           attention=_attention(tables["attention.csv"], tp_dir / "attention.csv"),
+                           skew=_skew(meta, tp, skew_path, meta_path), provenance=provenance)
+    if "moe.csv" in tables:
+        bundle.moe = _moe(tables["moe.csv"], tp_dir / "moe.csv")
     return bundle

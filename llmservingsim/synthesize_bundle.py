@@ -22,7 +22,6 @@ PROVENANCE.md starts ``# SYNTHESIZED`` and says ``Synthesized from datasheet``, 
 from __future__ import annotations
 
 import csv
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -30,7 +29,7 @@ from .device_efficiency import EfficiencyFit, load_fit, op_synth_class, prefill_
 from .hardware import Device
 from .model_config import ModelSpec
 from .op_cost import PER_SEQUENCE_OPS, attention_work, dense_ops, dense_work, moe_work, per_sequence_work
-from .profiles import ProfileBundle, load_bundle
+from .profiles import ProfileBundle, bundle_from_columns, table_columns
 
 MAX_TOKENS = 32768          # dense.csv sizes (linear extrapolation beyond, profiles.interp)
 MAX_SEQUENCES = 1024        # per_sequence.csv sizes
@@ -67,26 +66,20 @@ def _fmt(t: float) -> str:
     return f"{t:.4f}"
 
 
-def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Optional[EfficiencyFit] = None) -> Path:
-    """Write the bundle of ``model`` on ``device`` at TP ``tp`` into ``out`` (a tp<N> folder)
-    and return it. ``fit`` defaults to the shipped efficiency fit."""
+def synthesized_tables(device: Device, model: ModelSpec, tp: int,
+                       fit: Optional[EfficiencyFit] = None) -> dict[str, tuple[list, list]]:
+    """Per file name, the (header, rows) of every table ``synthesize`` writes, rows as
+    csv.writer writes them (sizes as ints, times as ``%.4f`` strings), in file order.
+    ``fit`` defaults to the shipped efficiency fit."""
     fit = fit or load_fit()
     roof = fit.rooflines(device)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-
-    def write(name: str, header: list, rows) -> None:
-        with open(out / name, "w", newline="", encoding="utf-8") as f:
-            w = csv.writer(f, lineterminator="\n")
-            w.writerow(header)
-            w.writerows(rows)
-
-    write("dense.csv", ["layer", "tokens", "time_us"],
-          ([op, T, _fmt(roof[op_synth_class(op)].time_us(dense_work(model, op, T, tp)))]
-           for op in dense_ops(model) for T in sizes(MAX_TOKENS)))
-    write("per_sequence.csv", ["layer", "sequences", "time_us"],
-          ([op, S, _fmt(roof[op_synth_class(op)].time_us(per_sequence_work(model, op, S, tp)))]
-           for op in PER_SEQUENCE_OPS for S in sizes(MAX_SEQUENCES)))
+    tables = {}
+    tables["dense.csv"] = (["layer", "tokens", "time_us"],
+                           [[op, T, _fmt(roof[op_synth_class(op)].time_us(dense_work(model, op, T, tp)))]
+                            for op in dense_ops(model) for T in sizes(MAX_TOKENS)])
+    tables["per_sequence.csv"] = (["layer", "sequences", "time_us"],
+                                  [[op, S, _fmt(roof[op_synth_class(op)].time_us(per_sequence_work(model, op, S, tp)))]
+                                   for op in PER_SEQUENCE_OPS for S in sizes(MAX_SEQUENCES)])
     kv_max = _max_kv(model)
     chunks, kvs, decodes = pow2(16, MAX_CHUNK), pow2(16, kv_max), pow2(1, 256)
     pre, dec = roof["attention_prefill"], roof["attention_decode"]
@@ -100,13 +93,28 @@ def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Option
     rows += [[c, p, 0, 0, _fmt(t_pre[c, p])] for c in chunks for p in [0] + kvs]
     rows += [[c, p, n, k, _fmt(t_pre[c, p] + roof_dec[n, k])]
              for c in chunks for p in [0] + kvs for n in decodes for k in kvs]
-    write("attention.csv", ["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"], rows)
+    tables["attention.csv"] = (["prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us"], rows)
     if model.is_moe:
         moe = roof["moe"]
         E = model.num_experts
-        write("moe.csv", ["tokens", "activated_experts", "time_us"],
-              ([T, a, _fmt(moe.time_us(moe_work(model, T, a, tp)))]
-               for T in pow2(1, MAX_TOKENS) for a in range(1, E + 1)))
+        tables["moe.csv"] = (["tokens", "activated_experts", "time_us"],
+                             [[T, a, _fmt(moe.time_us(moe_work(model, T, a, tp)))]
+                              for T in pow2(1, MAX_TOKENS) for a in range(1, E + 1)])
+    return tables
+
+
+def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Optional[EfficiencyFit] = None) -> Path:
+    """Write the bundle of ``model`` on ``device`` at TP ``tp`` into ``out`` (a tp<N> folder)
+    and return it. ``fit`` defaults to the shipped efficiency fit."""
+    fit = fit or load_fit()
+    roof = fit.rooflines(device)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (header, rows) in synthesized_tables(device, model, tp, fit).items():
+        with open(out / name, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f, lineterminator="\n")
+            w.writerow(header)
+            w.writerows(rows)
     table = "\n".join(f"| {c} | {fit.for_class(c).bandwidth:g} | {fit.for_class(c).compute:g} | "
                       f"{fit.for_class(c).launch_us:g} | {r.bandwidth_gbs:.1f} | {r.tflops:.1f} |"
                       for c, r in roof.items())
@@ -128,17 +136,17 @@ _SYNTHESIZED: dict = {}      # (device file, model, tp) -> bundle synthesized in
 
 
 def load_synthesized(device: Device, model: ModelSpec, tp: int, where: Path) -> ProfileBundle:
-    """The bundle ``synthesize`` writes, loaded from a temporary folder that is removed at
-    once (nothing is written into the profile tree); ``path`` is set to ``where`` (the
-    folder a measured bundle would have) and ``provenance`` to "synthesized from datasheet
-    on the fly". Kept per process."""
+    """The bundle ``synthesize`` writes, built in memory with the very tables ``load_bundle``
+    would read back from it (profiles.table_columns; nothing is written anywhere); ``path``
+    is ``where`` (the folder a measured bundle would have) and ``provenance`` "synthesized
+    from datasheet on the fly". Kept per process."""
     key = (str(device.path), model.name, tp)
     if key not in _SYNTHESIZED:
-        with tempfile.TemporaryDirectory(prefix="agentservesim-synth-") as tmp:
-            folder = Path(tmp) / device.name / model.name / "bf16" / f"tp{tp}"
-            synthesize(device, model, tp, folder)
-            bundle = load_bundle(device.name, model.name, tp, root=Path(tmp), cache=False)
-        bundle.path = Path(where)
-        bundle.provenance += " on the fly"
-        _SYNTHESIZED[key] = bundle
+        where = Path(where)
+        tables = {name: table_columns(name, header, rows, where / name)
+                  for name, (header, rows) in synthesized_tables(device, model, tp).items()}
+        # no meta.yaml and no skew_fit.csv: the loader's {} and no skew fit
+        _SYNTHESIZED[key] = bundle_from_columns(where, tp, {}, tables, where / "skew_fit.csv",
+                                                where.parent / "meta.yaml",
+                                                "synthesized from datasheet on the fly")
     return _SYNTHESIZED[key]
