@@ -27,11 +27,12 @@ def test_build_and_run_restore_the_collector(sim):
     finished = sim.cluster.on_request_finished
 
     def spy(info):
-        seen.append(gc.get_freeze_count())
+        if not seen:        # once: get_freeze_count walks every frozen object
+            seen.append(gc.get_freeze_count())
         finished(info)
     sim.cluster.on_request_finished = spy
     sim.run()
-    assert seen and min(seen) > 0                      # frozen while it ran
+    assert seen and seen[0] > 0                        # frozen while it ran
     assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
