@@ -59,14 +59,19 @@ def test_each_distinct_step_is_run_once_by_the_binary_and_its_report_is_the_step
         assert value >= comm.inner.exposed_comm_ns(shape)
 
 
-def test_a_serving_run_on_the_binary_completes_and_says_which_backend(tmp_path):
+def run_on_fake_binary(tmp_path, parallelism: str) -> subprocess.CompletedProcess:
+    """``agentservesim run`` of one SWE-bench program on the fake binary (a child process)."""
     binary = fake_binary(tmp_path)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("model: meta-llama/Llama-3.1-8B\nhardware: RTXPRO6000\nparallelism: {tp: 2}\n"
+    cfg.write_text(f"model: meta-llama/Llama-3.1-8B\nhardware: RTXPRO6000\nparallelism: {parallelism}\n"
                    "workload: {generator: swebench, programs: 1, rate_jps: 0.1, seed: 0}\n"
                    f"network: {{backend: astra-sim, binary: {binary}}}\n")
-    res = subprocess.run([sys.executable, "-m", "program_layer.cli", "run", str(cfg), "--quiet", "--out",
-                          str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO)
+    return subprocess.run([sys.executable, "-m", "program_layer.cli", "run", str(cfg), "--quiet", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO)
+
+
+def test_a_serving_run_on_the_binary_completes_and_says_which_backend(tmp_path):
+    res = run_on_fake_binary(tmp_path, "{tp: 2}")
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "calls.log").read_text().count("\n") >= 1
     assert "backend: astra-sim" in (tmp_path / "out" / "config.yaml").read_text()
@@ -96,13 +101,7 @@ def test_no_binary_is_one_config_error(tmp_path, monkeypatch):
 def test_a_pipelined_run_on_the_binary_is_one_error_naming_the_backend(tmp_path):
     """With pp > 1 the engine times each pipeline stage (stage_comm), which the binary cannot:
     the run stops with one error naming network.backend, exit 2, not a traceback."""
-    binary = fake_binary(tmp_path)
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("model: meta-llama/Llama-3.1-8B\nhardware: RTXPRO6000\nparallelism: {tp: 2, pp: 2}\n"
-                   "workload: {generator: swebench, programs: 1, rate_jps: 0.1, seed: 0}\n"
-                   f"network: {{backend: astra-sim, binary: {binary}}}\n")
-    res = subprocess.run([sys.executable, "-m", "program_layer.cli", "run", str(cfg), "--quiet", "--out",
-                          str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO)
+    res = run_on_fake_binary(tmp_path, "{tp: 2, pp: 2}")
     assert res.returncode == 2
     assert "Traceback" not in res.stderr
     assert "key 'network.backend'" in res.stderr and "cannot time pipeline stages" in res.stderr
