@@ -97,19 +97,12 @@ def scaled_time(t_m: float, roof: Roofline, work_m, work_k) -> float:
     return t_m * roof.time_us(work_k) / roof.time_us(work_m)
 
 
-def table_works(model: ModelSpec, tables: list[_Table], tp: int) -> list[list]:
-    """Per table, per row: (op, its work at ``tp``)."""
-    return [[_work(model, t.name, r, tp) for r in t.rows] for t in tables]
-
-
-def fit_source(model: ModelSpec, tables: list[_Table], m: int, bandwidth_gbs: float,
-               tflops: float, works: Optional[list] = None) -> dict[str, Roofline]:
+def fit_source(tables: list[_Table], works: list, bandwidth_gbs: float, tflops: float) -> dict[str, Roofline]:
     """One roofline per op class, fitted on the source tables' rows at TP m (the unsharded
     embedding and sampler are left out: they are copied, and the sampler is many kernels).
     Rows are weighted by ``op_cost.size_weights`` per op, so small and large sizes count alike.
-    ``works``: ``table_works(model, tables, m)`` when the caller has it already."""
+    ``works``: per table, per row, (op, its work at TP m), as ``_read`` gives them."""
     groups: dict[str, tuple[list, list, list]] = {}
-    works = table_works(model, tables, m) if works is None else works
     for t, t_works in zip(tables, works):
         for r, (op, w) in zip(t.rows, t_works):
             if op in ("embedding", "sampler"):
@@ -171,7 +164,7 @@ def derivation(hardware: str, model: str, tp: int, variant: str = "bf16", root: 
     read = [_read(src / name, spec, m) for name in TABLES if (src / name).exists()]
     tables = [t for t, _ in read]
     works = [w for _, w in read]          # each row's work at the source TP, once
-    fits = fit_source(spec, tables, m, device.memory_bandwidth_gbs, device.peak_bf16_tflops, works)
+    fits = fit_source(tables, works, device.memory_bandwidth_gbs, device.peak_bf16_tflops)
     out = []
     for t, t_works in zip(tables, works):
         rows = []

@@ -134,7 +134,7 @@ def moe_timer(model: ModelSpec, device, bundle, par: MoEParallel) -> MoERankTime
     key = (str(path), model.name, m)
     if key not in _FITS:
         table, works = _read(path, model, m)
-        roof = fit_source(model, [table], m, device.memory_bandwidth_gbs, device.peak_bf16_tflops, [works])["moe"]
+        roof = fit_source([table], [works], device.memory_bandwidth_gbs, device.peak_bf16_tflops)["moe"]
         _FITS[key] = (_moe(_read_csv(path, MOE_COLUMNS), path), roof)
     grid, roof = _FITS[key]
     return MoERankTimer(model, grid, m, roof, par)
