@@ -21,6 +21,7 @@ framework's own cost per step (``overhead_model``).
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Sequence
@@ -245,8 +246,13 @@ class PerformanceModel:
             return lo + w * (hi - lo)
 
         const, by_labels = self._alpha_parts(0, nd, 0.0)
-        sk = self.bundle.skew
-        labels: dict = {}
+        if by_labels is not None:
+            sk = self.bundle.skew
+            sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
+            # kv_max only grows: its label (_label: bisect_left(kvb_bins, kv_max)) holds
+            # while kv_max <= kv_edge, the first bin edge at or above it
+            kv_edge = -math.inf
+        alphas: dict = {}
         while True:
             mean_kv = kv_sum / nd
             t = at(mean_kv)
@@ -254,11 +260,14 @@ class PerformanceModel:
                 if by_labels is None:
                     alpha = const
                 else:
-                    key = (_label(sk.sr_bins, sk.sr_labels, (mean_kv - kv_min) / (kv_max - kv_min)),
-                           _label(sk.kvb_bins, sk.kvb_labels, kv_max))
-                    alpha = labels.get(key)
+                    if kv_max > kv_edge:
+                        k = bisect.bisect_left(kvb_bins, kv_max)
+                        kv_edge = kvb_bins[k] if k < len(kvb_bins) else math.inf
+                        kv_label = _label(kvb_bins, kvb_labels, kv_max)
+                    key = (_label(sr_bins, sr_labels, (mean_kv - kv_min) / (kv_max - kv_min)), kv_label)
+                    alpha = alphas.get(key)
                     if alpha is None:
-                        alpha = labels[key] = by_labels(*key)
+                        alpha = alphas[key] = by_labels(*key)
                 if alpha != 0.0:
                     t_max = at(kv_max)
                     if t_max > t:
