@@ -68,11 +68,11 @@ def try_fast_forward(inst, nxt) -> bool:
     # nobody finishes in them (j < horizon), and every bulk step, and the launch of the step
     # after them, must precede the next event. The first step that is not bulk is launched
     # normally, with its timing (already computed here) handed on.
-    time_decode = inst.timer.time_decode
+    stretch = inst.timer.decode_stretch(n, kv_sum, kv_max, kv_min)   # step N+j's timing, j = 1, 2, ...
     times = []
     t = loop.now
     for j in range(1, horizon + 1):
-        timing = time_decode(n, kv_sum + n * (j - 1), kv_max + j - 1, kv_min + j - 1)
+        timing = next(stretch)
         if j == horizon or t + timing.total_ns >= limit:
             break
         times.append((t, timing))

@@ -21,6 +21,7 @@ framework's own cost per step (``overhead_model``).
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass
 from functools import partial
 from typing import Sequence
@@ -182,19 +183,28 @@ class PerformanceModel:
         grid value (a step's summed chunk rarely is), otherwise the pooled
         ``alpha_default``; no fit (or ``skew_fit.enabled: false``) means no correction. The
         labels fixed by the arguments are looked up here, once."""
+        const, by_labels = self._alpha_parts(prefill_tokens, nd, prefill_ctx)
+        if by_labels is None:
+            return _no_skew if const == 0.0 else (lambda rate, kv_max: const)
+        sk = self.bundle.skew
+        sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
+        return lambda rate, kv_max: by_labels(_label(sr_bins, sr_labels, rate), _label(kvb_bins, kvb_labels, kv_max))
+
+    def _alpha_parts(self, prefill_tokens: int, nd: int, prefill_ctx: float) -> tuple:
+        """``_alpha_of``'s lookup in two parts: ``(alpha, None)`` when alpha does not depend
+        on the decodes (no fit: 0.0; a prefill chunk off the grid: ``alpha_default``), else
+        ``(None, f)`` with ``f(rate_label, kv_max_label) -> alpha`` (the labels of the
+        spread rate and of the longest KV length, ``_label`` over the fit's bins)."""
         sk = self.bundle.skew
         if sk is None:
-            return _no_skew
+            return 0.0, None
         pc = float(prefill_tokens)
         if pc not in sk.pc_set:
-            default = sk.alpha_default
-            return lambda rate, kv_max: default
+            return sk.alpha_default, None
         n_label = _label(sk.n_bins, sk.n_labels, nd)
         kp_label = _label(sk.kp_bins, sk.kp_labels, prefill_ctx)
         get, default = sk.table.get, sk.alpha_default
-        sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
-        return lambda rate, kv_max: get((pc, n_label, _label(sr_bins, sr_labels, rate),
-                                         _label(kvb_bins, kvb_labels, kv_max), kp_label), default)
+        return None, lambda rate_label, kv_label: get((pc, n_label, rate_label, kv_label, kp_label), default)
 
     def compute_us(self, b: BatchShape) -> float:
         """Compute time of one pipeline stage with the once-per-step ops (µs): dense +
@@ -208,3 +218,61 @@ class PerformanceModel:
         """``compute_us`` of a pure-decode step of ``nd`` sequences whose KV lengths sum to
         ``kv_sum`` (fast-forward times its steps this way, without building their shapes)."""
         return self._decode_fn(nd)(kv_sum, kv_max, kv_min)
+
+    def decode_stretch(self, nd: int, kv_sum: int, kv_max: int, kv_min: int):
+        """``decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
+        (a generator): the steps of a fast-forwarded run, where every sequence grows by one
+        token a step. Each value is the same float ``decode_us`` gives (the same operations
+        in the same order: ``_decode_fn``, ``_skewed``, ``GridND.along`` and ``bracket``
+        written out), with what ``nd`` fixes looked up once and the skew fit's alpha looked
+        up once per pair of bucket labels."""
+        decode = self.bundle.attention.decode
+        dense, seq, L = self.dense_us(nd), self.per_sequence_us(nd), self.layers_per_stage
+        w, r0, r1 = decode.row(nd)
+        a1 = decode.axes[1]
+        n1 = len(a1)
+        first, last, top = a1[0], a1[-1], n1 - 2
+        bisect_right = bisect.bisect_right
+
+        def at(x):      # GridND.along(row, x) with bracket(a1, x)
+            if n1 == 1 or x <= first:
+                j, u = 0, 0.0
+            else:
+                j = top if x >= last else bisect_right(a1, x) - 1
+                u = (x - a1[j]) / (a1[j + 1] - a1[j])
+            j1 = j + 1 if n1 > 1 else j
+            lo = r0[j] + u * (r0[j1] - r0[j])
+            hi = r1[j] + u * (r1[j1] - r1[j])
+            return lo + w * (hi - lo)
+
+        const, by_labels = self._alpha_parts(0, nd, 0.0)
+        if by_labels is not None:
+            sk = self.bundle.skew
+            sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
+            # kv_max only grows: its label (_label: bisect_left(kvb_bins, kv_max)) holds
+            # while kv_max <= kv_edge, the first bin edge at or above it
+            kv_edge = -math.inf
+        alphas: dict = {}
+        while True:
+            mean_kv = kv_sum / nd
+            t = at(mean_kv)
+            if nd >= 2 and kv_max != kv_min:        # _skewed's correction
+                if by_labels is None:
+                    alpha = const
+                else:
+                    if kv_max > kv_edge:
+                        k = bisect.bisect_left(kvb_bins, kv_max)
+                        kv_edge = kvb_bins[k] if k < len(kvb_bins) else math.inf
+                        kv_label = _label(kvb_bins, kvb_labels, kv_max)
+                    key = (_label(sr_bins, sr_labels, (mean_kv - kv_min) / (kv_max - kv_min)), kv_label)
+                    alpha = alphas.get(key)
+                    if alpha is None:
+                        alpha = alphas[key] = by_labels(*key)
+                if alpha != 0.0:
+                    t_max = at(kv_max)
+                    if t_max > t:
+                        t = t + alpha * (t_max - t)
+            yield dense + L * t + seq
+            kv_sum += nd
+            kv_max += 1
+            kv_min += 1

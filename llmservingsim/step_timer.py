@@ -87,5 +87,24 @@ class StepTimer:
             fixed = self._decode_memo[n] = (comm, overhead)
         return _timing(round(self.perf.decode_us(n, kv_sum, kv_max, kv_min) * 1000.0), *fixed)
 
+    def decode_stretch(self, n: int, kv_sum: int, kv_max: int, kv_min: int):
+        """``time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
+        (a generator: the steps of a fast-forwarded run), from
+        ``PerformanceModel.decode_stretch``."""
+        if self.pp != 1:
+            j = 0
+            while True:
+                yield self.time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)
+                j += 1
+        first = self.time_decode(n, kv_sum, kv_max, kv_min)     # fills the per-n memo
+        yield first
+        comm, overhead = self._decode_memo[n]
+        fixed = comm + overhead
+        stretch = self.perf.decode_stretch(n, kv_sum + n, kv_max + 1, kv_min + 1)
+        for us in stretch:
+            compute = round(us * 1000.0)
+            total = compute + fixed
+            yield StepTiming(total if total >= 1000 else 1000, compute, comm, overhead)
+
     def time(self, out: SchedulerOutput) -> StepTiming:
         return self.time_shape(shape_of(out))

@@ -127,3 +127,32 @@ def test_pure_decode_time_shape_is_the_general_formula(nd, kv_min, spread, data)
     comm = timer.comm.exposed_comm_ns(shape) if timer.comm is not None else 0
     assert (t.compute_ns, t.comm_ns, t.overhead_ns) == (compute, comm, overhead)
     assert t.total_ns == max(compute + comm + overhead, 1000)
+
+
+def _timers():
+    """Step timers of bundles with different skew fits: the dev cell's (a bucket table),
+    the 70B TP2 cell's (measured by the artifact) and the B200 8B cell's."""
+    if "all" not in _SIM:
+        out = [_timer()]
+        for cell in ("rtx-70b-tp2-swebench-0.02jps.yaml", "b200-8b-tp1-swebench-0.02jps.yaml"):
+            sim = build_simulation(load_config(examples_dir() / "cells" / cell))
+            out.append(sim.cluster.instances[0].timer)
+        _SIM["all"] = out
+    return _SIM["all"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(which=st.integers(0, 2), nd=st.integers(1, 300), kv_min=st.integers(1, 40_000),
+       spread=st.integers(0, 40_000), steps=st.integers(1, 40), data=st.data())
+def test_decode_stretch_is_time_decode_step_by_step(which, nd, kv_min, spread, steps, data):
+    """Fast-forward's run of decode steps (every sequence one token longer each step) gives
+    the integers time_decode gives step by step, and the compute floats decode_us gives."""
+    timer = _timers()[which]
+    kv_max = kv_min + (spread if nd > 1 else 0)
+    kv_sum = data.draw(st.integers(kv_min * (nd - 1) + kv_max, kv_min + kv_max * (nd - 1))) if nd > 1 else kv_min
+    stretch = timer.decode_stretch(nd, kv_sum, kv_max, kv_min)
+    floats = timer.perf.decode_stretch(nd, kv_sum, kv_max, kv_min)
+    for j in range(steps):
+        args = (nd, kv_sum + nd * j, kv_max + j, kv_min + j)
+        assert next(stretch) == timer.time_decode(*args)
+        assert next(floats) == timer.perf.decode_us(*args)

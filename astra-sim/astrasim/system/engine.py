@@ -41,7 +41,7 @@ from ..config.system import SystemConfig
 from ..errors import StuckError, WorkloadError
 from ..collectives.planner import CollectivePlanner
 from ..network.base import NetworkBackend
-from .workload import (OP_COLL, OP_COMPUTE, OP_MEM, OP_RECV, OP_REPLAY, OP_SEND, OP_SKIP,
+from .workload import (OP_COLL, OP_COMPUTE, OP_MEM, OP_RECV, OP_REPLAY, OP_SEND,
                        SLOT_COMP, SLOT_NONE, RankGraph, build_rank_graph, coll_kind)
 
 _COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
