@@ -64,6 +64,26 @@ def tp_scaling(tmp: Path) -> list[str]:
     return lines
 
 
+def fold_errors(held: str, fit, bundles: list[tuple], tmp: Path):
+    """(hardware, model, tp, decode errors, prefill errors) of every measured bundle of the
+    held-out device ``held``, synthesized with ``fit``; errors are synthesized / measured - 1
+    per step of ``shapes``, None for a bundle that cannot price a step (MoE without moe.csv)."""
+    dev = load_device(held)
+    for hw, name, tp in (b for b in bundles if b[0] == held):
+        model = load_model(name)
+        measured = load_bundle(hw, name, tp, cache=False)
+        if model.is_moe and measured.moe is None:
+            yield hw, name, tp, None, None
+            continue
+        out = tmp / hw / name / "bf16" / f"tp{tp}"
+        synthesize(dev, model, tp, out, fit=fit)
+        synth = load_bundle(hw, name, tp, root=tmp, cache=False)
+        pm, ps = PerformanceModel(model, measured), PerformanceModel(model, synth)
+        dec, pre = shapes(measured)
+        yield (hw, name, tp, np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in dec]),
+               np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in pre]))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.parse_args(argv)
@@ -76,23 +96,12 @@ def main(argv=None) -> int:
     pooled: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for held in devices:
-            train = [b for b in bundles if b[0] != held]
-            fit = fit_efficiency(train)
+            fit = fit_efficiency([b for b in bundles if b[0] != held])
             folds.append((held, fit))
-            dev = load_device(held)
-            for hw, name, tp in (b for b in bundles if b[0] == held):
-                model = load_model(name)
-                measured = load_bundle(hw, name, tp, cache=False)
-                if model.is_moe and measured.moe is None:
+            for hw, name, tp, sd, sp in fold_errors(held, fit, bundles, Path(tmp)):
+                if sd is None:
                     lines.append(f"| {hw} | {name} | {tp} | 0 | n/a (measured bundle has no moe.csv) | | | |")
                     continue
-                out = Path(tmp) / hw / name / "bf16" / f"tp{tp}"
-                synthesize(dev, model, tp, out, fit=fit)
-                synth = load_bundle(hw, name, tp, root=Path(tmp), cache=False)
-                pm, ps = PerformanceModel(model, measured), PerformanceModel(model, synth)
-                dec, pre = shapes(measured)
-                sd = np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in dec])
-                sp = np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in pre])
                 alls = np.concatenate([sd, sp])
                 pooled.setdefault(hw, []).append(alls)
                 lines.append(f"| {hw} | {name} | {tp} | {len(sd)} + {len(sp)} | {_pct(abs(sd))} | {_pct(abs(sp))} | {_pct(abs(alls))} | "

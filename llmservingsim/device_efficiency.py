@@ -35,7 +35,7 @@ import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from .errors import ProfileError, iter_lines, load_yaml
 from .hardware import Device, load_device
@@ -162,12 +162,16 @@ def measured_bundles(root: Optional[Path] = None, devices: Optional[Iterable[str
     return sorted(out)
 
 
-def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None) -> EfficiencyFit:
+def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
+                   adjust: Optional[Callable[..., Optional[tuple]]] = None) -> EfficiencyFit:
     """Fit one Efficiency per class on the measured ``bundles`` (hardware, model, tp) of
     possibly several devices: each row's work is expressed as its time at that device's
     datasheet peaks, so one (bandwidth, compute) fraction fits every device. Weights: every
     (device, model, tp, op, bytes octave, FLOPs octave) bucket the same (op_cost.size_weights),
-    then every device the same total within a class."""
+    then every device the same total within a class. ``adjust(device, model, tp, class, op,
+    work, time)``, when given, returns the (work, time) a row is fitted as, or None to leave it out
+    (benchmarks/synth_mechanisms.py tries alternative models with it; the shipped fit reads
+    every row as it is)."""
     import numpy as np     # fits only: a run that synthesizes a bundle never imports numpy
     root = Path(root or profiles_dir())
     groups: dict = {}
@@ -175,6 +179,11 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None) -> Efficie
         dev, model = load_device(hw), load_model(name)
         folder = root / hw / name / "bf16" / f"tp{tp}"
         for c, op, w, t in bundle_samples(model, folder, tp, dev.sm_count):
+            if adjust is not None:
+                row = adjust(dev, model, tp, c, op, w, t)
+                if row is None:
+                    continue
+                w, t = row
             keys, works, times = groups.setdefault(c, ([], [], []))
             keys.append((hw, name, tp, op))
             # time at the datasheet peaks, as "bytes" at 1 GB/s and "FLOPs" at 1 TFLOP/s

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmservingsim.device_efficiency import (CLASSES, fit_efficiency, fit_yaml, load_fit,
+from llmservingsim.device_efficiency import (CLASSES, Efficiency, fit_efficiency, fit_yaml, load_fit,
                                              measured_bundles, occupancy)
 from llmservingsim.errors import ConfigError, ProfileError
 from llmservingsim.hardware import list_devices, load_device
@@ -148,6 +148,21 @@ def test_the_shipped_fit_is_the_fit_of_the_measured_bundles():
     assert all(0 < e.bandwidth <= 1 and 0 < e.compute <= 1 and e.launch_us >= 0 for e in fit.classes.values())
     # no derived bundle is fitted on (B200 70B tp2 carries a PROVENANCE.md)
     assert "B200 meta-llama/Llama-3.1-70B tp2" not in fit.fitted_on
+
+
+def test_fit_adjust_re_expresses_or_drops_rows_and_nothing_else():
+    """``fit_efficiency(adjust=...)`` (benchmarks/synth_mechanisms.py): an adjust that returns
+    every row unchanged gives the plain fit bit for bit; one that drops every decode-attention
+    row removes that class and leaves every other class's terms as they were."""
+    one = [("RTX4090", "meta-llama/Llama-3.1-8B", 1)]
+    plain = fit_efficiency(one)
+    same = fit_efficiency(one, adjust=lambda dev, model, tp, c, op, w, t: (w, t))
+    assert same == plain
+    no_attn = fit_efficiency(one, adjust=lambda dev, model, tp, c, op, w, t:
+                             None if c == "attention_decode" else (w, t))
+    assert "attention_decode" not in no_attn.classes
+    assert no_attn.classes == {c: e for c, e in plain.classes.items() if c != "attention_decode"}
+    assert plain.classes["gemm"] == Efficiency(0.9252, 0.9583, 6.231)
 
 
 @pytest.mark.parametrize("body, key", [
