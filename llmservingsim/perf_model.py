@@ -84,6 +84,7 @@ class PerformanceModel:
         self._dense_memo: dict[int, float] = {}
         self._seq_memo: dict[int, float] = {}
         self._decode_memo: dict = {}        # decodes -> _decode_fn
+        self._stretch_memo: dict = {}       # decodes -> what decode_stretch fixes
         dense = bundle.dense
         L = self.layers_per_stage
         self._dense_terms = []
@@ -226,10 +227,14 @@ class PerformanceModel:
         in the same order: ``_decode_fn``, ``_skewed``, ``GridND.along`` and ``bracket``
         written out), with what ``nd`` fixes looked up once and the skew fit's alpha looked
         up once per pair of bucket labels."""
-        decode = self.bundle.attention.decode
-        dense, seq, L = self.dense_us(nd), self.per_sequence_us(nd), self.layers_per_stage
-        w, r0, r1 = decode.row(nd)
-        a1 = decode.axes[1]
+        fixed = self._stretch_memo.get(nd)
+        if fixed is None:       # what nd fixes, once per batch size (a run is often short)
+            fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd),
+                                              self.bundle.attention.decode.row(nd),
+                                              self._alpha_parts(0, nd, 0.0))
+        dense, seq, (w, r0, r1), (const, by_labels) = fixed
+        L = self.layers_per_stage
+        a1 = self.bundle.attention.decode.axes[1]
         n1 = len(a1)
         first, last, top = a1[0], a1[-1], n1 - 2
         bisect_right = bisect.bisect_right
@@ -245,7 +250,6 @@ class PerformanceModel:
             hi = r1[j] + u * (r1[j1] - r1[j])
             return lo + w * (hi - lo)
 
-        const, by_labels = self._alpha_parts(0, nd, 0.0)
         if by_labels is not None:
             sk = self.bundle.skew
             sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
