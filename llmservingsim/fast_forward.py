@@ -141,10 +141,15 @@ def _block_events(inst, scheduled, max_step: int) -> tuple[list, list]:
 def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
     """Apply bulk steps N+1..N+steps (one per ``times`` entry) in step-by-step order: launch
     of N+j (metrics), the schedule of N+j+1 (block allocations), the end of N+j (sampled
-    token; a completed block is published). Per-request counters move once, by ``steps``."""
+    token; a completed block is published). Per-request counters move once, by ``steps``.
+
+    The steps between two KV events (the bulk steps whose schedule or end allocates or
+    publishes a block) see the same instance state at their launches, so their metrics
+    are recorded in one call (``MetricsCollector.on_decode_steps``), up to and including
+    the step whose events follow."""
     kv = inst.kv
     scheduled = nxt.scheduled
-    on_decode = inst._on_decode_step
+    on_decode = inst._on_decode_steps
     n = len(scheduled)
     steps = len(times)
     for sr in scheduled:        # a call admitted as a "decode" (all but its last token hit)
@@ -152,12 +157,21 @@ def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
             sr.req.first_scheduled_ns = times[0][0]
     a = p = 0
     na, np_ = len(allocs), len(pubs)
-    for j in range(1, steps + 1):
-        t_start, timing = times[j - 1]
-        inst.busy_ns += timing.total_ns
-        inst.num_steps += 1
+    lo = 0                      # times[lo] is the first step not yet recorded
+    while lo < steps:
+        # the next bulk step with a KV event (1-based), or the last
+        j = steps
+        if a < na and allocs[a][0] < j:
+            j = allocs[a][0]
+        if p < np_ and pubs[p][0] < j:
+            j = pubs[p][0]
+        busy = 0
+        for k in range(lo, j):
+            busy += times[k][1].total_ns
+        inst.busy_ns += busy
+        inst.num_steps += j - lo
         if on_decode is not None:
-            on_decode(inst, t_start, timing, n)
+            on_decode(inst, times, lo, j, n)
         while a < na and allocs[a][0] == j:
             kv.append_new_block(scheduled[allocs[a][1]].req)
             a += 1
@@ -165,5 +179,6 @@ def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
             req = scheduled[pubs[p][1]].req
             kv.cache_blocks(req, req.num_tokens + j)
             p += 1
+        lo = j
     inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
                                    times[-1][0] + times[-1][1].total_ns)

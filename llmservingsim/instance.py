@@ -28,7 +28,7 @@ class Instance:
 
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], None],
-                 on_step: Optional[Callable] = None, on_decode_step: Optional[Callable] = None,
+                 on_step: Optional[Callable] = None, on_decode_steps: Optional[Callable] = None,
                  fast_forward: bool = False):
         self.index = index          # engine core (Cluster.instances position)
         self.server = index         # what the program layer calls the instance (data_parallel: the server)
@@ -40,7 +40,7 @@ class Instance:
         self.async_scheduling = async_scheduling
         self._on_finished = on_finished
         self._on_step = on_step
-        self._on_decode_step = on_decode_step
+        self._on_decode_steps = on_decode_steps  # fast-forward runs (MetricsCollector.on_decode_steps)
         self.fast_forward = fast_forward and async_scheduling
         # releases the owner's KV entries on every instance but ``skip`` (set by the Cluster):
         # a program's newest context supersedes its entries wherever they are
