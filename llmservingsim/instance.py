@@ -104,9 +104,11 @@ class Instance:
     def _launch(self, out: SchedulerOutput, now: int, timing: Optional[StepTiming] = None) -> None:
         """Launch ``out`` at ``now``; ``timing``: its ``timer.time(out)`` when the caller has it
         (fast-forward times the step after its bulk steps while planning them)."""
-        for sr in out.scheduled:
-            if sr.req.first_scheduled_ns is None:
-                sr.req.first_scheduled_ns = now
+        scheduled = out.scheduled
+        for k in range(out.first_admitted, len(scheduled)):     # SchedulerOutput.first_admitted
+            req = scheduled[k].req
+            if req.first_scheduled_ns is None:
+                req.first_scheduled_ns = now
         if timing is None:
             timing = self.timer.time(out)
         self.last_step_ns = timing.total_ns
@@ -130,6 +132,7 @@ class Instance:
             self.tiers.after_step(out, now)
         for req in finished:
             self._finish(req, now)
+        self.scheduler.recycle(out)     # the step is over: its entries serve the next passes
         nxt, self.pending = self.pending, None
         if nxt:
             if self.fast_forward and try_fast_forward(self, nxt):
