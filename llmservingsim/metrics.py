@@ -119,18 +119,18 @@ class MetricsCollector:
         self._record(inst, now, timing, out.prefill_tokens, out.num_sampled, nseq - out.num_decodes,
                      out.num_decodes, nseq)
 
-    def on_decode_steps(self, inst, times: list, lo: int, hi: int, n: int) -> None:
+    def on_decode_steps(self, inst, times: list, lo: int, hi: int, n: int) -> int:
         """Fast-forwarded steps ``times[lo:hi]`` (each ``(start, timing)``, in time order) of n
         decodes each, each sampling one token: exactly what ``on_step`` records for such a
         step, with the instance's state sampled at each step's start (no event marks it, so
         the event loop's watcher does not), ``inst.num_steps`` already counting all of them
         (step k's trace index is ``num_steps - (hi - k)``).
 
-        The caller passes a run with no KV event between its steps' starts (fast_forward
-        splits its bulk steps at every block allocation and publication), so the state
-        sampled at each start is the same: sampling it once, at the last start, leaves the
-        same runs (a repeated state only moves ``next_bin``). The instance has stepped before
-        (a fast-forward follows an executed step), so its series is open."""
+        Returns the latest start a next call's first step may have without a sample. The
+        caller keeps every start but the last at or before what the previous call returned
+        (fast_forward splits its bulk steps there), so only the last step may sample, with
+        the instance's state as it is now. The instance has stepped before (a fast-forward
+        follows an executed step), so its series is open."""
         s = self.series[inst.index]
         upto = -(-times[hi - 1][0] // NS_PER_S)
         if s.next_bin < upto:
@@ -169,6 +169,7 @@ class MetricsCollector:
         self.compute_ns += compute
         self.comm_ns += comm
         self.overhead_ns += overhead
+        return s.next_bin * NS_PER_S     # a start t samples when ceil(t / 1 s) > next_bin
 
     def _first_step(self, s: _Series, inst, now: int) -> None:
         """Start sampling an instance: until ``now`` it was idle and empty (a call reaching an

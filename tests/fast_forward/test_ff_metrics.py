@@ -84,34 +84,44 @@ def _state(m: MetricsCollector):
 
 
 @settings(max_examples=300, deadline=None)
-@given(first=st.integers(0, 5 * NS_PER_S), gaps=st.lists(st.integers(0, 2 * NS_PER_S), min_size=1, max_size=6),
-       steps=st.lists(st.tuples(st.integers(1, 3 * NS_PER_S // 2), st.integers(0, 10**6), st.integers(0, 10**6)),
-                      min_size=1, max_size=30),
-       cuts=st.lists(st.integers(0, 30), max_size=4), n=st.integers(1, 64), used=st.lists(st.integers(0, 999),
-                                                                                          min_size=5, max_size=5))
-def test_one_call_equals_step_by_step(first, gaps, steps, cuts, n, used):
-    """Runs split at ``cuts`` (KV events change the pool between runs), after an executed
-    step and an idle gap, recorded in one call each or step by step."""
-    times, t = [], first + gaps[0]
+@given(first=st.integers(0, 5 * NS_PER_S), gap=st.integers(0, 2 * NS_PER_S),
+       steps=st.lists(st.tuples(st.integers(1, 3 * NS_PER_S // 4), st.integers(0, 10**6), st.integers(0, 10**6)),
+                      min_size=1, max_size=40),
+       used=st.lists(st.integers(0, 999), min_size=41, max_size=41), n=st.integers(1, 64))
+def test_one_call_per_sample_equals_step_by_step(first, gap, steps, used, n):
+    """After an executed step and an idle gap, a run of decode steps whose KV usage before
+    step k's launch is ``used[k]`` (KV events between the steps): recorded in calls split
+    where ``on_decode_steps`` says the next start samples, the state set before each call
+    as it is at that call's last start (what fast_forward._apply does), or step by step
+    with the state of each step's start."""
+    times, t = [], first + gap
     for compute, comm, overhead in steps:
         total = compute + comm + overhead
         times.append((t, StepTiming(total, compute, comm, overhead)))
         t += total
-    bounds = sorted({0, len(times), *(c for c in cuts if c < len(times))})
     results = []
+    calls = 0
     for bulk in (True, False):
         m = MetricsCollector(2, trace=True)
-        inst = _instance(1, used[0])
+        inst = _instance(1, 7)
         inst.num_steps += 1         # an executed step opens the series
-        m._record(inst, first, StepTiming(gaps[0], gaps[0], 0, 0), 5, 1, 1, 0, 1)
-        for r, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
-            inst.kv.pool = _Pool(used[1 + r % 4])
-            if bulk:
-                inst.num_steps += hi - lo
-                m.on_decode_steps(inst, times, lo, hi, n)
-                continue
+        m._record(inst, first, StepTiming(max(gap, 1), max(gap, 1), 0, 0), 5, 1, 1, 0, 1)
+        if bulk:
+            due, lo = -1, 0
+            while lo < len(times):
+                hi = lo
+                while hi < len(times) and times[hi][0] <= due:
+                    hi += 1
+                last = min(hi + 1, len(times))
+                inst.kv.pool = _Pool(used[last - 1])
+                inst.num_steps += last - lo
+                due = m.on_decode_steps(inst, times, lo, last, n)
+                calls += 1
+                lo = last
+        else:
             s = m.series[inst.index]
-            for now, timing in times[lo:hi]:
+            for k, (now, timing) in enumerate(times):
+                inst.kv.pool = _Pool(used[k])
                 inst.num_steps += 1
                 upto = -(-now // NS_PER_S)
                 if s.next_bin < upto:
@@ -120,3 +130,4 @@ def test_one_call_equals_step_by_step(first, gaps, steps, cuts, n, used):
         m._sample_all(t + 3 * NS_PER_S)
         results.append(_state(m))
     assert results[0] == results[1]
+    assert calls <= 2 + (times[-1][0] - times[0][0]) // NS_PER_S + 1     # one per second crossed
