@@ -40,6 +40,19 @@ def num_evictable(hits: list[KVBlock]) -> int:
     return len([b for b in hits if not b.ref_cnt])
 
 
+def hit_counts(hits: list[KVBlock]) -> tuple[int, int]:
+    """(evictable, entry-held): the hits no one references, and those only retained entries
+    reference (released with the entries, they become evictable too). One pass."""
+    evictable = entry_held = 0
+    for b in hits:
+        r = b.ref_cnt
+        if not r:
+            evictable += 1
+        elif r == b.entry_refs:
+            entry_held += 1
+    return evictable, entry_held
+
+
 @dataclass(slots=True)
 class KVEntry:
     """A program's retained KV (only mutated by KVCacheManager)."""
@@ -146,23 +159,16 @@ class KVCacheManager:
         free = self.pool.num_free
         if need + len(hits) <= free:    # only otherwise can the evictable hits matter
             return True
-        return self._fits(need, hits, free)
+        return self._fits(need, *hit_counts(hits), free)
 
-    def _fits(self, need: int, hits: list[KVBlock], free: int) -> bool:
-        """Whether ``need`` new blocks plus the evictable ``hits`` fit in the free blocks,
+    def _fits(self, need: int, evictable: int, entry_held: int, free: int) -> bool:
+        """Whether ``need`` new blocks plus the ``evictable`` hits fit in the free blocks,
         or would once every entry were released (what ``_reclaim`` can do: releasing entries
-        frees exactly the blocks only entries hold, the pool's ``entry_only``, and such a
-        hit becomes evictable too). Each freed block raises the free count and a freed hit
-        raises the need as well, so free - need never falls as entries go: the answer does
-        not depend on their order (no eviction key is evaluated). One pass over the hits
-        counts both kinds."""
-        evictable = entry_held = 0
-        for b in hits:
-            r = b.ref_cnt
-            if not r:
-                evictable += 1
-            elif r == b.entry_refs:
-                entry_held += 1
+        frees exactly the blocks only entries hold, the pool's ``entry_only``, and such an
+        ``entry_held`` hit becomes evictable too; the counts are ``hit_counts``). Each freed
+        block raises the free count and a freed hit raises the need as well, so free - need
+        never falls as entries go: the answer does not depend on their order (no eviction key
+        is evaluated)."""
         need += evictable
         if need <= free:
             return True
@@ -187,9 +193,10 @@ class KVCacheManager:
         free = self.pool.num_free
         if num_new_blocks + len(hits) > free:
             # reclaim only if it will succeed: a failed allocation touches nothing
-            if not self._fits(num_new_blocks, hits, free):
+            evictable, entry_held = hit_counts(hits)
+            if not self._fits(num_new_blocks, evictable, entry_held, free):
                 return False
-            if num_new_blocks + num_evictable(hits) > free:
+            if num_new_blocks + evictable > free:
                 self._reclaim(req.owner, hits, num_new_blocks)
         if held is None:
             held = self.req_blocks[req.request_id] = []
