@@ -141,23 +141,55 @@ def _block_events(inst, scheduled, max_step: int) -> tuple[list, list]:
 def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
     """Apply bulk steps N+1..N+steps (one per ``times`` entry) in step-by-step order: launch
     of N+j (metrics), the schedule of N+j+1 (block allocations), the end of N+j (sampled
-    token; a completed block is published). Per-request counters move once, by ``steps``."""
-    kv = inst.kv
+    token; a completed block is published). Per-request counters move once, by ``steps``.
+
+    Metrics read the instance's state only where a step's start samples it (the first
+    start past a whole second), and the KV events change nothing else they record, so
+    the KV events are applied in their order, and the metrics of the steps up to each
+    sampling start are recorded in one call made once the events before that start are
+    applied (``MetricsCollector.on_decode_steps``)."""
     scheduled = nxt.scheduled
-    on_decode = inst._on_decode_step
+    on_decode = inst._on_decode_steps
     n = len(scheduled)
     steps = len(times)
     for sr in scheduled:        # a call admitted as a "decode" (all but its last token hit)
         if sr.req.first_scheduled_ns is None:
             sr.req.first_scheduled_ns = times[0][0]
-    a = p = 0
-    na, np_ = len(allocs), len(pubs)
-    for j in range(1, steps + 1):
-        t_start, timing = times[j - 1]
-        inst.busy_ns += timing.total_ns
-        inst.num_steps += 1
+    events = [0, 0]             # allocs and pubs applied so far
+    # starts at or before ``due`` sample nothing (not known yet: the first one may)
+    due = -1 if on_decode is not None else math.inf
+    lo = 0                      # times[lo] is the first step not yet recorded
+    while lo < steps:
+        hi = lo                 # times[hi]: the next start that samples (or the end)
+        while hi < steps and times[hi][0] <= due:
+            hi += 1
+        _events_through(inst.kv, scheduled, allocs, pubs, events, hi)   # those before times[hi]'s launch
+        last = hi + 1 if hi < steps else steps
+        busy = 0
+        for k in range(lo, last):
+            busy += times[k][1].total_ns
+        inst.busy_ns += busy
+        inst.num_steps += last - lo
         if on_decode is not None:
-            on_decode(inst, t_start, timing, n)
+            due = on_decode(inst, times, lo, last, n)
+        lo = last
+    _events_through(inst.kv, scheduled, allocs, pubs, events, steps)
+    inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
+                                   times[-1][0] + times[-1][1].total_ns)
+
+
+def _events_through(kv, scheduled, allocs: list, pubs: list, events: list, upto: int) -> None:
+    """Apply the block allocations and publications of bulk steps up to ``upto`` (1-based)
+    not applied yet (``events``: how many of each were), step by step, each step's
+    allocations (its successor's schedule) before its publications (its end)."""
+    a, p = events
+    na, np_ = len(allocs), len(pubs)
+    while True:
+        j = allocs[a][0] if a < na else upto + 1
+        if p < np_ and pubs[p][0] < j:
+            j = pubs[p][0]
+        if j > upto:
+            break
         while a < na and allocs[a][0] == j:
             kv.append_new_block(scheduled[allocs[a][1]].req)
             a += 1
@@ -165,5 +197,4 @@ def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
             req = scheduled[pubs[p][1]].req
             kv.cache_blocks(req, req.num_tokens + j)
             p += 1
-    inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
-                                   times[-1][0] + times[-1][1].total_ns)
+    events[0], events[1] = a, p

@@ -28,7 +28,7 @@ class Instance:
 
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], None],
-                 on_step: Optional[Callable] = None, on_decode_step: Optional[Callable] = None,
+                 on_step: Optional[Callable] = None, on_decode_steps: Optional[Callable] = None,
                  fast_forward: bool = False):
         self.index = index          # engine core (Cluster.instances position)
         self.server = index         # what the program layer calls the instance (data_parallel: the server)
@@ -41,7 +41,7 @@ class Instance:
         self.async_scheduling = async_scheduling
         self._on_finished = on_finished
         self._on_step = on_step
-        self._on_decode_step = on_decode_step
+        self._on_decode_steps = on_decode_steps  # fast-forward runs (MetricsCollector.on_decode_steps)
         self.fast_forward = fast_forward and async_scheduling
         # releases the owner's KV entries on every instance but ``skip`` (set by the Cluster):
         # a program's newest context supersedes its entries wherever they are
@@ -105,9 +105,11 @@ class Instance:
     def _launch(self, out: SchedulerOutput, now: int, timing: Optional[StepTiming] = None) -> None:
         """Launch ``out`` at ``now``; ``timing``: its ``timer.time(out)`` when the caller has it
         (fast-forward times the step after its bulk steps while planning them)."""
-        for sr in out.scheduled:
-            if sr.req.first_scheduled_ns is None:
-                sr.req.first_scheduled_ns = now
+        scheduled = out.scheduled
+        for k in range(out.first_admitted, len(scheduled)):     # SchedulerOutput.first_admitted
+            req = scheduled[k].req
+            if req.first_scheduled_ns is None:
+                req.first_scheduled_ns = now
         if timing is None:
             timing = self.timer.time(out)
         self.last_step_ns = timing.total_ns
@@ -131,6 +133,7 @@ class Instance:
             self.tiers.after_step(out, now)
         for req in finished:
             self._finish(req, now)
+        self.scheduler.recycle(out)     # the step is over: its entries serve the next passes
         nxt, self.pending = self.pending, None
         if nxt:
             if self.fast_forward and try_fast_forward(self, nxt):

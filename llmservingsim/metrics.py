@@ -119,15 +119,57 @@ class MetricsCollector:
         self._record(inst, now, timing, out.prefill_tokens, out.num_sampled, nseq - out.num_decodes,
                      out.num_decodes, nseq)
 
-    def on_decode_step(self, inst, now: int, timing, n: int) -> None:
-        """A fast-forwarded step: n decodes, each sampling one token. No event marks its
-        start, so the instance's state (the step-by-step loop's state until ``now``) is
-        sampled here."""
+    def on_decode_steps(self, inst, times: list, lo: int, hi: int, n: int) -> int:
+        """Fast-forwarded steps ``times[lo:hi]`` (each ``(start, timing)``, in time order) of n
+        decodes each, each sampling one token: exactly what ``on_step`` records for such a
+        step, with the instance's state sampled at each step's start (no event marks it, so
+        the event loop's watcher does not), ``inst.num_steps`` already counting all of them
+        (step k's trace index is ``num_steps - (hi - k)``).
+
+        Returns the latest start a next call's first step may have without a sample. The
+        caller keeps every start but the last at or before what the previous call returned
+        (fast_forward splits its bulk steps there), so only the last step may sample, with
+        the instance's state as it is now. The instance has stepped before (a fast-forward
+        follows an executed step), so its series is open."""
         s = self.series[inst.index]
-        upto = -(-now // NS_PER_S)
+        upto = -(-times[hi - 1][0] // NS_PER_S)
         if s.next_bin < upto:
             s.sample(upto)
-        self._record(inst, now, timing, 0, n, 0, n, n)
+        bins, busy, gen = s.bins, s.busy_ns, s.gen
+        compute = comm = overhead = 0
+        rows = self.trace_rows
+        step = inst.num_steps - (hi - lo)
+        idx = inst.index
+        for k in range(lo, hi):
+            now, timing = times[k]
+            total = timing.total_ns
+            end = now + total
+            b0, b1 = now // NS_PER_S, end // NS_PER_S
+            if bins[-1] != b0:
+                s.open(b0)
+            if b0 == b1:
+                busy[-1] += total
+            else:                   # split exactly at the second boundaries (as _record)
+                t = now
+                for b in range(b0, b1 + 1):
+                    if bins[-1] != b:
+                        s.open(b)
+                    edge = min(end, (b + 1) * NS_PER_S)
+                    busy[-1] += edge - t
+                    t = edge
+            gen[-1] += n
+            compute += timing.compute_ns
+            comm += timing.comm_ns
+            overhead += timing.overhead_ns
+            if rows is not None:
+                rows.append((idx, step, now, total, 0, 0, n, n, timing.compute_ns, timing.comm_ns,
+                             timing.overhead_ns))
+            step += 1
+        self.gen_tokens += n * (hi - lo)
+        self.compute_ns += compute
+        self.comm_ns += comm
+        self.overhead_ns += overhead
+        return s.next_bin * NS_PER_S     # a start t samples when ceil(t / 1 s) > next_bin
 
     def _first_step(self, s: _Series, inst, now: int) -> None:
         """Start sampling an instance: until ``now`` it was idle and empty (a call reaching an

@@ -256,6 +256,11 @@ class PerformanceModel:
             # kv_max only grows: its label (_label: bisect_left(kvb_bins, kv_max)) holds
             # while kv_max <= kv_edge, the first bin edge at or above it
             kv_edge = -math.inf
+            # the spread rate is the same real number every step (mean, min and max all grow
+            # by one) but its float may move by an ulp, so its label is kept with the
+            # interval where bisect_left gives the same index: sr_lo < rate <= sr_hi
+            sr_lo, sr_hi = math.inf, -math.inf
+            alpha = None
         alphas: dict = {}
         while True:
             mean_kv = kv_sum / nd
@@ -264,14 +269,20 @@ class PerformanceModel:
                 if by_labels is None:
                     alpha = const
                 else:
-                    if kv_max > kv_edge:
-                        k = bisect.bisect_left(kvb_bins, kv_max)
-                        kv_edge = kvb_bins[k] if k < len(kvb_bins) else math.inf
-                        kv_label = _label(kvb_bins, kvb_labels, kv_max)
-                    key = (_label(sr_bins, sr_labels, (mean_kv - kv_min) / (kv_max - kv_min)), kv_label)
-                    alpha = alphas.get(key)
-                    if alpha is None:
-                        alpha = alphas[key] = by_labels(*key)
+                    rate = (mean_kv - kv_min) / (kv_max - kv_min)
+                    if kv_max > kv_edge or not sr_lo < rate <= sr_hi:
+                        if kv_max > kv_edge:
+                            k = bisect.bisect_left(kvb_bins, kv_max)
+                            kv_edge = kvb_bins[k] if k < len(kvb_bins) else math.inf
+                            kv_label = _label(kvb_bins, kvb_labels, kv_max)
+                        if not sr_lo < rate <= sr_hi:
+                            k = bisect.bisect_left(sr_bins, rate)
+                            sr_lo = sr_bins[k - 1] if k > 0 else -math.inf
+                            sr_hi = sr_bins[k] if k < len(sr_bins) else math.inf
+                        key = (_label(sr_bins, sr_labels, rate), kv_label)
+                        alpha = alphas.get(key)
+                        if alpha is None:
+                            alpha = alphas[key] = by_labels(*key)
                 if alpha != 0.0:
                     t_max = at(kv_max)
                     if t_max > t:

@@ -70,6 +70,10 @@ class SchedulerOutput:
     prefill_tokens: int = 0         # sum of the prefill chunks
     prefill_ctx_sum: int = 0        # sum of chunk x its prior context
     num_sampled: int = 0            # entries whose step samples a token
+    # entries from here on were admitted from the waiting queue by this pass: the only
+    # ones whose request may never have been scheduled (a running request's admission
+    # was launched), so the launch stamps ``first_scheduled_ns`` of these alone
+    first_admitted: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
@@ -121,6 +125,8 @@ class Scheduler:
         # in-flight batch has nothing to schedule (vLLM without async scheduling: num_new == 0)
         self.skip_in_flight = False
         self.num_receiving = 0      # requests WAITING_FOR_REMOTE_KVS (every source)
+        # entries of finished steps, reused by the next passes' decodes (``recycle``)
+        self._spare: list[ScheduledRequest] = []
 
     def add_request(self, req: Request) -> None:
         req.status = RequestStatus.WAITING
@@ -148,6 +154,7 @@ class Scheduler:
         kv_min = 1 << 62
         others = []
         retally = False
+        spare = self._spare
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -171,7 +178,12 @@ class Scheduler:
                         kv.cache_blocks(req, min(computed + 1, req.num_tokens))
                     req.num_computed_tokens = known
                     req.num_placeholders += 1
-                    scheduled.append(ScheduledRequest(req, 1, computed, True))
+                    if spare:
+                        sr = spare.pop()
+                        sr.req, sr.num_new, sr.ctx_before, sr.samples = req, 1, computed, True
+                        scheduled.append(sr)
+                    else:
+                        scheduled.append(ScheduledRequest(req, 1, computed, True))
                     if computed:
                         nd += 1
                         kv_sum += known
@@ -220,6 +232,7 @@ class Scheduler:
             budget -= num_new
             i += 1
 
+        out.first_admitted = len(scheduled)
         if not out.preempted:
             waiting = self.waiting
             landed = self.landed
@@ -260,6 +273,13 @@ class Scheduler:
             out.num_sampled = len(scheduled) - len(others)
             out.tally(others)
         return out
+
+    def recycle(self, out: SchedulerOutput) -> None:
+        """``out``'s step has ended and its output was applied: nothing reads its entries
+        again (the engine core drops it), so the next passes may reuse them instead of
+        creating entries (a decode step makes one per running request)."""
+        self._spare.extend(out.scheduled)
+        out.scheduled = []
 
     def _pop_head(self, req: Request) -> None:
         """Take the admission head ``req`` off its queue: landed remote-KV requests first."""

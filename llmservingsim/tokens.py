@@ -46,26 +46,43 @@ class TokenStream:
         self._hashes: list[int] = []
         self.memos: Optional[dict] = None   # per KV pool, its block_pool.PrefixMemo (pools only)
 
-    def _block_key(self, b: int):
-        bs = self.block_size
-        if self._ids is not None and (b + 1) * bs <= len(self._ids):
-            return tuple(self._ids[b * bs:(b + 1) * bs])
-        if self._hash_ids is not None and (b + 1) * bs <= self._prompt_len:
-            h = (b * bs) // self._hash_block_tokens
-            if h < len(self._hash_ids):
-                return (BLOCK_TAG_HASHED, self._hash_ids[h], (b * bs) % self._hash_block_tokens)
-        return (BLOCK_TAG_STREAM, self.uid, b)
-
     def block_hashes(self, n_blocks: int) -> list[int]:
         """The chained hashes of the first ``n_blocks`` full blocks (a cached list; callers
-        must only read indices below ``n_blocks``)."""
+        must only read indices below ``n_blocks``).
+
+        Block b's identity: its explicit ids while they cover it; else, inside the prompt
+        and the hash ids, ``(BLOCK_TAG_HASHED, hash id, offset)``; else
+        ``(BLOCK_TAG_STREAM, uid, b)``. Each condition holds for a prefix of the blocks, so
+        the blocks fall in three consecutive runs, each hashed in its own loop."""
         hashes = self._hashes
         if len(hashes) >= n_blocks:
             return hashes
         if not hashes and self._shared_blocks:
             hashes.extend(self._parent.block_hashes(self._shared_blocks)[:self._shared_blocks])
         prev = hashes[-1] if hashes else 0
-        for b in range(len(hashes), n_blocks):
-            prev = hash((prev, self._block_key(b)))
-            hashes.append(prev)
+        b = len(hashes)
+        bs = self.block_size
+        append = hashes.append
+        ids = self._ids
+        if ids is not None:
+            end = min(n_blocks, len(ids) // bs)
+            while b < end:
+                prev = hash((prev, tuple(ids[b * bs:(b + 1) * bs])))
+                append(prev)
+                b += 1
+        hash_ids = self._hash_ids
+        if hash_ids is not None and b < n_blocks:
+            hbt = self._hash_block_tokens
+            # (b + 1) * bs <= prompt_len and (b * bs) // hbt < len(hash_ids)
+            end = min(n_blocks, self._prompt_len // bs, -(-len(hash_ids) * hbt // bs))
+            while b < end:
+                o = b * bs
+                prev = hash((prev, (BLOCK_TAG_HASHED, hash_ids[o // hbt], o % hbt)))
+                append(prev)
+                b += 1
+        uid = self.uid
+        while b < n_blocks:
+            prev = hash((prev, (BLOCK_TAG_STREAM, uid, b)))
+            append(prev)
+            b += 1
         return hashes

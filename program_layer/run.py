@@ -193,7 +193,7 @@ def _build(config: dict, *, base_dir, seed, profiles, trace_steps, step_mode, fr
                             clock=lambda: loop.now, hooks=hooks, instance=server)
         extra = {} if cls is not PipelineInstance else {"pp": b.pp}
         return cls(i, loop, Scheduler(b.sched_cfg, kv), timers[server] if core_timers is None else core_timers[i], hooks, b.engine["async_scheduling"],
-                   cluster.finished, on_step, metrics.on_decode_step, fast_forward=not step_mode, **extra)
+                   cluster.finished, on_step, metrics.on_decode_steps, fast_forward=not step_mode, **extra)
     if dp == 1:
         for i, b in enumerate(built):
             cluster.add_instance(engine_core(i, i, Instance if b.pp == 1 else PipelineInstance))

@@ -156,3 +156,32 @@ def test_decode_stretch_is_time_decode_step_by_step(which, nd, kv_min, spread, s
         args = (nd, kv_sum + nd * j, kv_max + j, kv_min + j)
         assert next(stretch) == timer.time_decode(*args)
         assert next(floats) == timer.perf.decode_us(*args)
+
+
+
+def test_decode_stretch_at_spread_rate_edges():
+    """Batches whose spread rate (mean - min) / (max - min) is a skew-fit bin edge in exact
+    arithmetic, where the float rate falls on either side of the edge from step to step (the
+    mean's rounding error moves as the lengths grow): the run's kept label interval gives
+    decode_us's value at every step. The cases are found by search, so they exist."""
+    steps = 30
+    cases = []
+    for edge_num, den in ((1, 20), (3, 20), (2, 5), (7, 10)):       # the fits' inner edges
+        edge = edge_num / den
+        for spread in (1, 2, 3, 7, 13, 29):
+            for scale in (1, 3, 7):
+                nd = den * scale
+                extra = edge_num * scale * spread      # sum - nd * min: rate = edge exactly
+                if not spread <= extra <= spread * (nd - 1):
+                    continue
+                for kv_min in range(1000, 200_000, 997):
+                    kv_sum = nd * kv_min + extra
+                    rates = [((kv_sum + nd * j) / nd - (kv_min + j)) / spread for j in range(steps)]
+                    if min(rates) <= edge < max(rates) or min(rates) < edge <= max(rates):
+                        cases.append((nd, kv_sum, kv_min + spread, kv_min))
+    assert len(cases) >= 10
+    for timer in _timers():
+        for nd, kv_sum, kv_max, kv_min in cases:
+            floats = timer.perf.decode_stretch(nd, kv_sum, kv_max, kv_min)
+            for j in range(steps):
+                assert next(floats) == timer.perf.decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)
