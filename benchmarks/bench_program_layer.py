@@ -15,6 +15,7 @@ by constant answers (the stub's own floor); their difference is the program laye
 from __future__ import annotations
 
 import argparse
+import gc
 import heapq
 import time
 from pathlib import Path
@@ -115,10 +116,13 @@ def run_layer(progs: list) -> float:
                              load_policy("scheduling", "plas", base_dir=here), 1)
     retention = RetentionPlane(load_policy("retention", {"name": "ttl", "tau_s": 2.0}, base_dir=here))
     orch = Orchestrator(cluster, progs, dispatch, retention, hooks)
+    gc.collect()
+    gc.freeze()             # as Simulation.run does: the build stays out of the collector's way
     t0 = time.process_time()
     orch.start()
     cluster.run()
     t = time.process_time() - t0
+    gc.unfreeze()
     assert orch.programs_done()
     return t
 
@@ -129,12 +133,16 @@ def run_floor(progs: list) -> float:
     rid = iter(range(10 ** 9))
 
     cluster.on_request_finished = lambda info: None
+    gc.collect()
+    gc.freeze()
     t0 = time.process_time()
     for spec in progs:      # every call released at its program's arrival: the stub's own work
         for call in spec.calls:
             cluster.schedule(spec.arrival_ns, lambda call=call: cluster.submit(0, call, next(rid)))
     cluster.run()
-    return time.process_time() - t0
+    t = time.process_time() - t0
+    gc.unfreeze()
+    return t
 
 
 def main() -> None:
