@@ -5,9 +5,12 @@ Program Orchestrator and **only mutated by the Orchestrator** (``program_layer/o
 through the ``apply_*`` methods below; nothing else calls them (a grep test enforces it).
 All times inside are integer nanoseconds.
 
-``PCBView`` is what a policy sees: a snapshot of the deployable part of the PCB, built fresh
-for every policy call, holding only primitive values (seconds as floats) and read-only
-containers that never change once the view is made (the gap histories: program_layer/gaps.py).
+``PCBView`` is what a policy sees: a snapshot of the deployable part of the PCB at the time of
+the policy call, holding only primitive values (seconds as floats) and read-only containers
+that never change once the view is made (the gap histories: program_layer/gaps.py). Being
+immutable, one view may be handed to several policy calls at the same simulated time while
+nothing it shows changed (``Orchestrator.view``); its fields are always those a view made
+for that call would have.
 Causal observation boundary: the trace's future output lengths, future tool durations, the
 number of remaining calls and the ``CallSpec`` objects are never stored in the PCB, so no
 attribute, ``__dict__`` (there is none: ``__slots__``) or reference chain from a view can

@@ -3,7 +3,7 @@ layer on top of the Orchestrator's PCB registry and the two planes.
 
 priority          returns the q the Dispatch Plane computed when the call was released (the
                   engine may ask again when a preempted call re-enters its queue: same q).
-retention         on_complete / on_arrival: Retention Plane decision on a fresh PCB view; the
+retention         on_complete / on_arrival: Retention Plane decision on a current PCB view; the
                   decision is recorded in the PCB (via the Orchestrator) before it is returned.
 victim_protection ``hooks.default_eviction_key`` (eq. 5) unless the retention policy defines
                   ``eviction_key(entry_view, now)``; then that key plus the creation order.
