@@ -35,6 +35,7 @@ class Instance:
         self.loop = loop
         self.scheduler = scheduler
         self.kv: KVCacheManager = scheduler.kv
+        self.kv.cancel_event = loop.cancel      # an entry that leaves early cancels its expiry
         self.timer = timer
         self.hooks = hooks
         self.async_scheduling = async_scheduling
@@ -176,7 +177,8 @@ class Instance:
                 tiers = self.tiers
                 self.loop.schedule(decision.deadline_ns, lambda: tiers.expire_pin(owner, seq))
             else:
-                self.loop.schedule(decision.deadline_ns, lambda: kv.expire_entry(owner, seq))
+                kv.set_expiry(owner, seq, self.loop.schedule(decision.deadline_ns,
+                                                             lambda: kv.expire_entry(owner, seq)))
 
     # ---- checks -------------------------------------------------------------------------
     def check_fits(self, req: Request) -> None:

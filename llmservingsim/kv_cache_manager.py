@@ -40,6 +40,19 @@ def num_evictable(hits: list[KVBlock]) -> int:
     return len([b for b in hits if not b.ref_cnt])
 
 
+def hit_counts(hits: list[KVBlock]) -> tuple[int, int]:
+    """(evictable, entry-held): the hits no one references, and those only retained entries
+    reference (released with the entries, they become evictable too). One pass."""
+    evictable = entry_held = 0
+    for b in hits:
+        r = b.ref_cnt
+        if not r:
+            evictable += 1
+        elif r == b.entry_refs:
+            entry_held += 1
+    return evictable, entry_held
+
+
 @dataclass(slots=True)
 class KVEntry:
     """A program's retained KV (only mutated by KVCacheManager)."""
@@ -50,6 +63,7 @@ class KVEntry:
     deadline_ns: int
     value: Optional[float]
     seq: int
+    expiry: Optional[int] = None    # the pending event of its deadline (``set_expiry``)
 
     def info(self, instance: int) -> KVEntryInfo:
         return KVEntryInfo(self.owner, instance, self.created_ns, self.deadline_ns, self.value,
@@ -64,6 +78,10 @@ class PrefixStats:
 
 class KVCacheManager:
     tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
+    # cancels a pending event (the instance's EventLoop.cancel): an entry that leaves before
+    # its deadline cancels its expiry, which would do nothing, so that it does not cut a
+    # fast-forwarded run short (fast_forward stops at the next event)
+    cancel_event: Optional[Callable[[int], None]] = None
 
     def __init__(self, num_blocks: int, block_size: int = 16, enable_caching: bool = True,
                  clock: Callable[[], int] = lambda: 0, hooks: Optional[Hooks] = None,
@@ -146,23 +164,16 @@ class KVCacheManager:
         free = self.pool.num_free
         if need + len(hits) <= free:    # only otherwise can the evictable hits matter
             return True
-        return self._fits(need, hits, free)
+        return self._fits(need, *hit_counts(hits), free)
 
-    def _fits(self, need: int, hits: list[KVBlock], free: int) -> bool:
-        """Whether ``need`` new blocks plus the evictable ``hits`` fit in the free blocks,
+    def _fits(self, need: int, evictable: int, entry_held: int, free: int) -> bool:
+        """Whether ``need`` new blocks plus the ``evictable`` hits fit in the free blocks,
         or would once every entry were released (what ``_reclaim`` can do: releasing entries
-        frees exactly the blocks only entries hold, the pool's ``entry_only``, and such a
-        hit becomes evictable too). Each freed block raises the free count and a freed hit
-        raises the need as well, so free - need never falls as entries go: the answer does
-        not depend on their order (no eviction key is evaluated). One pass over the hits
-        counts both kinds."""
-        evictable = entry_held = 0
-        for b in hits:
-            r = b.ref_cnt
-            if not r:
-                evictable += 1
-            elif r == b.entry_refs:
-                entry_held += 1
+        frees exactly the blocks only entries hold, the pool's ``entry_only``, and such an
+        ``entry_held`` hit becomes evictable too; the counts are ``hit_counts``). Each freed
+        block raises the free count and a freed hit raises the need as well, so free - need
+        never falls as entries go: the answer does not depend on their order (no eviction key
+        is evaluated)."""
         need += evictable
         if need <= free:
             return True
@@ -187,9 +198,10 @@ class KVCacheManager:
         free = self.pool.num_free
         if num_new_blocks + len(hits) > free:
             # reclaim only if it will succeed: a failed allocation touches nothing
-            if not self._fits(num_new_blocks, hits, free):
+            evictable, entry_held = hit_counts(hits)
+            if not self._fits(num_new_blocks, evictable, entry_held, free):
                 return False
-            if num_new_blocks + num_evictable(hits) > free:
+            if num_new_blocks + evictable > free:
                 self._reclaim(req.owner, hits, num_new_blocks)
         if held is None:
             held = self.req_blocks[req.request_id] = []
@@ -263,6 +275,8 @@ class KVCacheManager:
         if self.tiers is not None:      # the request is done with its blocks (as in free)
             self.tiers.forget(req)
         old = self.entries.get(req.owner)
+        if old is not None:
+            self._cancel_expiry(old)
         self._entry_seq += 1
         self.entry_epoch += 1
         self.entries[req.owner] = KVEntry(req.owner, blocks, req.num_tokens, now_ns,
@@ -282,18 +296,32 @@ class KVCacheManager:
         self._report(req.owner, req.num_tokens, True, now_ns)
         return self._entry_seq
 
+    def set_expiry(self, owner: int, seq: int, event: int) -> None:
+        """``event`` (an event-loop sequence number) runs ``expire_entry(owner, seq)`` at the
+        deadline of entry ``seq``; it is cancelled if the entry leaves first."""
+        entry = self.entries.get(owner)
+        if entry is not None and entry.seq == seq:
+            entry.expiry = event
+
+    def _cancel_expiry(self, entry: KVEntry) -> None:
+        if entry.expiry is not None and self.cancel_event is not None:
+            self.cancel_event(entry.expiry)
+        entry.expiry = None
+
     def expire_entry(self, owner: int, seq: int) -> None:
         """At its deadline a protected entry becomes ordinary cache: its blocks go to the LRU
         free queue with their content (hittable until reused). Does nothing if the entry was
         already released, reclaimed or superseded (another ``seq``)."""
         entry = self.entries.get(owner)
         if entry is not None and entry.seq == seq:
+            entry.expiry = None         # this is that event, running: nothing to cancel
             self.release_entry(owner)
 
     def release_entry(self, owner: int, drop_content: bool = False) -> bool:
         entry = self.entries.pop(owner, None)
         if entry is None:
             return False
+        self._cancel_expiry(entry)
         self.entry_epoch += 1
         self.pool.free_blocks(reversed(entry.blocks), drop_content, pinned=True)
         self._report(owner, 0, False, self._clock())
