@@ -6,6 +6,7 @@ The program layer (or a request-level driver) uses only this: ``now_ns``, ``sche
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Callable, Optional
 
 from hooks import CallInfo, Hooks
@@ -14,6 +15,9 @@ from .errors import StuckError
 from .events import EventLoop
 from .instance import Instance
 from .request import CallSpec, Request
+
+
+_num_tokens = attrgetter("num_tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +114,7 @@ class Cluster:
         return InstanceLoad(len(running), len(inst.scheduler.waiting), pool.usage(),
                             used * kv.block_size, pool.num_usable * kv.block_size,
                             inst.current.num_tokens if inst.current is not None else 0,
-                            sum(r.num_tokens for r in running))
+                            sum(map(_num_tokens, running)))
 
     def finished(self, req: Request, now_ns: int) -> None:
         """Called by an instance when a request completes (before its retention decision)."""

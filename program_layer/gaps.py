@@ -182,7 +182,9 @@ class GapSnapshot(ReadOnly, Mapping):
     __slots__ = ("_series", "_at")
 
     def __init__(self, series: MappingProxyType, at: int):
-        self._init(_series=series, _at=at)
+        put = object.__setattr__        # not ``_init``: two of these are made per call
+        put(self, "_series", series)
+        put(self, "_at", at)
 
     def get(self, tool, default=None):
         s = self._series.get(tool)

@@ -18,6 +18,8 @@ the in-flight map and the records. Policies never see the Orchestrator or the wo
 from __future__ import annotations
 
 import functools
+import itertools
+from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -75,14 +77,12 @@ class ProgramResult:
         return None if self.completion_ns is None else self.completion_ns - self.arrival_ns
 
 
-@dataclass(frozen=True, slots=True)
-class _InFlight:
-    """A released call not yet finished: its program, instance and the priority it ran with."""
-    program_id: int
-    call_index: int
-    instance: int
-    priority: int
-    release_ns: int
+#: A released call not yet finished: its program, instance and the priority it ran with
+#: (internal; a tuple because one is made per call)
+_InFlight = namedtuple("_InFlight", ["program_id", "call_index", "instance", "priority", "release_ns"])
+
+#: InflightLoad's static tail when the cluster gives no facts (its defaults)
+_NO_FACTS = tuple(InflightLoad._field_defaults[f] for f in InflightLoad._fields[6:])
 
 
 class Orchestrator:
@@ -99,6 +99,11 @@ class Orchestrator:
         self._gaps = ToolGapLog()
         self._in_flight: dict[int, _InFlight] = {}
         self._records: list[CallRecord] = []
+        # owner -> (now_ns, instance, gap snapshot, view): the last view made, handed out
+        # again while the PCB, the time and the gap log are unchanged (see ``view``)
+        self._views: dict[int, tuple] = {}
+        self._facts_seen = None
+        self._tails: Optional[list] = None
         self._next_request_id = 0
         self._num_done = 0
         self._started = False
@@ -147,30 +152,46 @@ class Orchestrator:
         self._release(spec.program_id, 0)
 
     def _release(self, program_id: int, k: int) -> None:
-        now = self.cluster.now_ns
+        cluster = self.cluster
+        now = cluster.now_ns
         call = self._specs[program_id].calls[k]
         pcb = self._pcbs[program_id]
+        self._views.pop(program_id, None)
         gap = pcb.apply_release(k, now, call.prompt_tokens)
         if gap is not None:
             self._gaps.add(pcb.tool_name, gap)
-        loads = [self.cluster.load(i) for i in range(self.cluster.num_instances)]
-        facts = self.dispatch.facts
-        inflight = tuple(_inflight_load(load) for load in loads) if facts is None else \
-            tuple(_inflight_load(load, f) for load, f in zip(loads, facts))
+        loads = [cluster.load(i) for i in range(cluster.num_instances)]
+        make = InflightLoad._make
+        inflight = tuple([make((load.num_running, load.num_waiting, load.kv_utilization,
+                                load.kv_used_tokens, load.kv_pool_tokens, load.inflight_tokens)
+                               + tail) for load, tail in zip(loads, self._fact_tails())])
         instance, q = self.dispatch.decide(
             functools.partial(self.view, program_id, now), inflight,
             lambda i: _signals(i, loads[i]), now)
         prefill = instance
         if type(instance) is tuple:     # roles: (prefill, decode); the call's KV ends on decode
             prefill, instance = instance
+        if pcb.prior_instance != instance:     # the only field dispatch changes
+            self._views.pop(program_id, None)
         pcb.apply_dispatch(instance)
         request_id = self._next_request_id
         self._next_request_id += 1
         self._in_flight[request_id] = _InFlight(program_id, k, instance, q, now)
         if prefill == instance:
-            self.cluster.submit(instance, call, request_id)
+            cluster.submit(instance, call, request_id)
         else:
-            self.cluster.submit_pair(prefill, instance, call, request_id)
+            cluster.submit_pair(prefill, instance, call, request_id)
+
+    def _fact_tails(self):
+        """Per instance, InflightLoad's fields after the load: the dispatch plane's static
+        facts padded with the defaults (all defaults without facts)."""
+        facts = self.dispatch.facts
+        if facts is None:
+            return itertools.repeat(_NO_FACTS)
+        if facts is not self._facts_seen:       # set once, while the run is built
+            self._facts_seen = facts
+            self._tails = [tuple(f) + _NO_FACTS[len(f):] for f in facts]
+        return self._tails
 
     def on_request_finished(self, info: CallInfo) -> None:
         """Engine callback at a call's completion (before the retention hook runs)."""
@@ -187,17 +208,14 @@ class Orchestrator:
         last = flight.call_index + 1 == len(spec.calls)
         service = info.completion_ns - info.first_scheduled_ns
         preemptions = int(getattr(info, "num_preemptions", 0) or 0)
+        self._views.pop(flight.program_id, None)
         pcb.apply_completion(info.completion_ns, service, info.context_tokens, call.tool_name,
                              preemptions, last)
-        self._records.append(CallRecord(
-            program_id=spec.program_id, session_id=spec.session_id,
-            call_index=flight.call_index, request_id=info.request_id, instance=info.instance,
-            priority=flight.priority, release_ns=flight.release_ns,
-            first_scheduled_ns=info.first_scheduled_ns, completion_ns=info.completion_ns,
-            service_ns=service, prompt_tokens=call.prompt_tokens,
-            output_tokens=call.output_tokens, context_tokens=info.context_tokens,
-            tool_name=call.tool_name, tool_duration_ns=call.tool_duration_ns,
-            num_preemptions=preemptions))
+        self._records.append(CallRecord(     # positional, in field order (one per call)
+            spec.program_id, spec.session_id, flight.call_index, info.request_id, info.instance,
+            flight.priority, flight.release_ns, info.first_scheduled_ns, info.completion_ns,
+            service, call.prompt_tokens, call.output_tokens, info.context_tokens,
+            call.tool_name, call.tool_duration_ns, preemptions))
         if last:
             self._num_done += 1
         else:
@@ -210,7 +228,23 @@ class Orchestrator:
         return owner in self._pcbs
 
     def view(self, owner: int, now_ns: int, instance: Optional[int] = None) -> PCBView:
-        return self._pcbs[owner].view(now_ns, self._gaps.snapshot(), instance)
+        """``owner``'s PCB view at ``now_ns`` (``ProgramControlBlock.view``). Views are
+        read-only, so the last one made is handed out again while nothing it shows can have
+        changed: same time, same gap snapshot (the log's snapshot is one object until the
+        next gap), no PCB change in between (every ``apply_*`` here drops it first), and KV
+        fields that read the same on ``instance`` as placement-independently (the entry is
+        there, or there is neither an entry nor resident KV anywhere)."""
+        pcb = self._pcbs[owner]
+        if instance is not None and (instance == pcb.kv_instance or not (
+                pcb.kv_entry or pcb.kv_resident_tokens)):
+            instance = None
+        gaps = self._gaps.snapshot()
+        last = self._views.get(owner)
+        if last is not None and last[0] == now_ns and last[1] == instance and last[2] is gaps:
+            return last[3]
+        view = pcb.view(now_ns, gaps, instance)
+        self._views[owner] = (now_ns, instance, gaps, view)
+        return view
 
     def signals(self, instance: int, kv_utilization: Optional[float] = None) -> Signals:
         return _signals(instance, self.cluster.load(instance), kv_utilization)
@@ -223,28 +257,21 @@ class Orchestrator:
 
     def on_retention_decision(self, owner: int, instance: int, decision: RetentionDecision,
                               at_completion: bool) -> None:
+        self._views.pop(owner, None)
         self._pcbs[owner].apply_retention(decision.kind, instance, decision.deadline_ns,
                                           decision.value, at_completion)
 
     def on_residency_change(self, owner: int, instance: int, resident_tokens: int,
                             protected: bool) -> None:
+        self._views.pop(owner, None)
         self._pcbs[owner].apply_residency(instance, resident_tokens, protected)
 
 
-def _inflight_load(load: Any, facts: tuple = ()) -> InflightLoad:
-    """``facts``: the instance's static fields (role, device, ...; InflightLoad's tail)."""
-    return InflightLoad(load.num_running, load.num_waiting, load.kv_utilization, load.kv_used_tokens,
-                        load.kv_pool_tokens, load.inflight_tokens, *facts)
-
-
 def _signals(instance: int, load: Any, kv_utilization: Optional[float] = None) -> Signals:
-    return Signals(
-        instance=instance,
-        kv_utilization=load.kv_utilization if kv_utilization is None else kv_utilization,
-        num_running=load.num_running, num_waiting=load.num_waiting,
-        inflight_tokens=load.inflight_tokens,
-        kv_used_tokens=load.kv_used_tokens, kv_pool_tokens=load.kv_pool_tokens,
-        running_context_tokens=load.running_context_tokens)
+    return Signals(     # positional, in field order (several per call)
+        instance, load.kv_utilization if kv_utilization is None else kv_utilization,
+        load.num_running, load.num_waiting, load.inflight_tokens, load.kv_used_tokens,
+        load.kv_pool_tokens, load.running_context_tokens)
 
 
 def _validated(programs: Sequence[Any]) -> dict[int, Any]:

@@ -5,9 +5,12 @@ Program Orchestrator and **only mutated by the Orchestrator** (``program_layer/o
 through the ``apply_*`` methods below; nothing else calls them (a grep test enforces it).
 All times inside are integer nanoseconds.
 
-``PCBView`` is what a policy sees: a snapshot of the deployable part of the PCB, built fresh
-for every policy call, holding only primitive values (seconds as floats) and read-only
-containers that never change once the view is made (the gap histories: program_layer/gaps.py).
+``PCBView`` is what a policy sees: a snapshot of the deployable part of the PCB at the time of
+the policy call, holding only primitive values (seconds as floats) and read-only containers
+that never change once the view is made (the gap histories: program_layer/gaps.py). Being
+immutable, one view may be handed to several policy calls at the same simulated time while
+nothing it shows changed (``Orchestrator.view``); its fields are always those a view made
+for that call would have.
 Causal observation boundary: the trace's future output lengths, future tool durations, the
 number of remaining calls and the ``CallSpec`` objects are never stored in the PCB, so no
 attribute, ``__dict__`` (there is none: ``__slots__``) or reference chain from a view can
@@ -137,20 +140,14 @@ class ProgramControlBlock:
         on_target = instance is None or instance == self.kv_instance
         entry = self.kv_entry and on_target
         deadline = self.kv_deadline_ns if entry else None
-        return PCBView(
-            program_id=self.program_id, session_id=self.session_id,
-            arrival_s=self.arrival_ns / NS_PER_S, call_index=self.call_index,
-            calls_completed=self.calls_completed,
-            attained_service_s=self.attained_service_ns / NS_PER_S,
-            prior_instance=self.prior_instance,
-            kv_protected=bool(entry and deadline is not None and now_ns < deadline),
-            kv_deadline_s=_s(deadline),
-            kv_resident_tokens=self.kv_resident_tokens if on_target else 0,
-            kv_instance=self.kv_instance, kv_value=self.kv_value if entry else None,
-            tool_name=self.tool_name, gap_start_s=_s(self.gap_start_ns),
-            gap_end_s=_s(self.gap_end_ns), context_tokens=self.context_tokens,
-            release_s=_s(self.release_ns), num_preemptions=self.num_preemptions,
-            gaps=gaps, own_gaps=self.own_gaps.snapshot())
+        return _new_view((      # PCBView.__slots__ order
+            self.program_id, self.session_id, self.arrival_ns / NS_PER_S, self.call_index,
+            self.calls_completed, self.attained_service_ns / NS_PER_S, self.prior_instance,
+            bool(entry and deadline is not None and now_ns < deadline), _s(deadline),
+            self.kv_resident_tokens if on_target else 0, self.kv_instance,
+            self.kv_value if entry else None, self.tool_name, _s(self.gap_start_ns),
+            _s(self.gap_end_ns), self.context_tokens, _s(self.release_ns), self.num_preemptions,
+            gaps, self.own_gaps.snapshot()))
 
 
 class PCBView(ReadOnly):
@@ -173,27 +170,10 @@ class PCBView(ReadOnly):
                  attained_service_s, prior_instance, kv_protected, kv_deadline_s,
                  kv_resident_tokens, kv_instance, kv_value, tool_name, gap_start_s,
                  gap_end_s, context_tokens, release_s, num_preemptions, gaps, own_gaps):
-        put = object.__setattr__
-        put(self, "program_id", program_id)
-        put(self, "session_id", session_id)
-        put(self, "arrival_s", arrival_s)
-        put(self, "call_index", call_index)
-        put(self, "calls_completed", calls_completed)
-        put(self, "attained_service_s", attained_service_s)
-        put(self, "prior_instance", prior_instance)
-        put(self, "kv_protected", kv_protected)
-        put(self, "kv_deadline_s", kv_deadline_s)
-        put(self, "kv_resident_tokens", kv_resident_tokens)
-        put(self, "kv_instance", kv_instance)
-        put(self, "kv_value", kv_value)
-        put(self, "tool_name", tool_name)
-        put(self, "gap_start_s", gap_start_s)
-        put(self, "_gap_end_s", gap_end_s)
-        put(self, "context_tokens", context_tokens)
-        put(self, "release_s", release_s)
-        put(self, "num_preemptions", num_preemptions)
-        put(self, "_gaps", gaps)
-        put(self, "_own_gaps", own_gaps)
+        _fill(self, (program_id, session_id, arrival_s, call_index, calls_completed,
+                     attained_service_s, prior_instance, kv_protected, kv_deadline_s,
+                     kv_resident_tokens, kv_instance, kv_value, tool_name, gap_start_s,
+                     gap_end_s, context_tokens, release_s, num_preemptions, gaps, own_gaps))
 
     def gap_elapsed_s(self, now: float) -> Optional[float]:
         """Seconds since the program entered its current (or last) tool gap; frozen at the
@@ -215,3 +195,20 @@ class PCBView(ReadOnly):
     def __repr__(self) -> str:
         return (f"PCBView(program_id={self.program_id}, session_id={self.session_id!r}, "
                 f"call_index={self.call_index}, attained_service_s={self.attained_service_s})")
+
+
+#: the slots' member descriptors in ``__slots__`` order: setting through them skips
+#: ``ReadOnly.__setattr__`` and the lookup by name (a view is made for most policy calls)
+_SETTERS = tuple(PCBView.__dict__[name].__set__ for name in PCBView.__slots__)
+
+
+def _fill(view: PCBView, values: tuple) -> None:
+    for put, value in zip(_SETTERS, values):
+        put(view, value)
+
+
+def _new_view(values: tuple) -> PCBView:
+    """A PCBView of ``values`` in ``__slots__`` order (what ``__init__`` takes by name)."""
+    view = object.__new__(PCBView)
+    _fill(view, values)
+    return view

@@ -3,7 +3,7 @@ layer on top of the Orchestrator's PCB registry and the two planes.
 
 priority          returns the q the Dispatch Plane computed when the call was released (the
                   engine may ask again when a preempted call re-enters its queue: same q).
-retention         on_complete / on_arrival: Retention Plane decision on a fresh PCB view; the
+retention         on_complete / on_arrival: Retention Plane decision on a current PCB view; the
                   decision is recorded in the PCB (via the Orchestrator) before it is returned.
 victim_protection ``hooks.default_eviction_key`` (eq. 5) unless the retention policy defines
                   ``eviction_key(entry_view, now)``; then that key plus the creation order.
@@ -44,18 +44,20 @@ class ProgramHooks:
         return Hooks(priority=self, retention=self, victim_protection=self, residency=self)
 
     def _bound(self) -> "Orchestrator":
+        # the per-call hooks use ``self._orch or self._bound()``: no call when bound
         if self._orch is None:
             raise RuntimeError("ProgramHooks used before an Orchestrator was bound to it")
         return self._orch
 
     # PriorityHook
     def priority(self, call: CallInfo, now_ns: int) -> int:
-        return self._bound().priority_of(call.request_id)
+        orch = self._orch or self._bound()
+        return orch.priority_of(call.request_id)
 
     # RetentionHook
     def on_complete(self, call: CallInfo, now_ns: int,
                     kv_utilization: float) -> RetentionDecision:
-        orch = self._bound()
+        orch = self._orch or self._bound()
         view = orch.view(call.owner, now_ns)
         signals = orch.signals(call.instance, kv_utilization=kv_utilization)
         decision = self._retention.on_complete(view, call.request_id, signals, now_ns)
@@ -63,7 +65,7 @@ class ProgramHooks:
         return decision
 
     def on_arrival(self, call: CallInfo, now_ns: int) -> RetentionDecision:
-        orch = self._bound()
+        orch = self._orch or self._bound()
         view = orch.view(call.owner, now_ns)
         decision = self._retention.on_arrival(view, orch.signals(call.instance), now_ns)
         orch.on_retention_decision(call.owner, call.instance, decision, at_completion=False)
@@ -80,6 +82,6 @@ class ProgramHooks:
     # ResidencyHook
     def on_residency(self, owner: int, instance: int, resident_tokens: int, protected: bool,
                      now_ns: int) -> None:
-        orch = self._bound()
+        orch = self._orch or self._bound()
         if orch.has_program(owner):
             orch.on_residency_change(owner, instance, resident_tokens, protected)

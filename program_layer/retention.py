@@ -130,7 +130,7 @@ def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
         deadline_ns = int(round(until * NS_PER_S))
         if deadline_ns <= now_ns:
             return RELEASE
-        return RetentionDecision(kind, deadline_ns=deadline_ns, value=value)
+        return RetentionDecision(kind, deadline_ns, value)
     raise InvalidDecision(f"returned {raw!r} ({type(raw).__name__}); expected "
                           f"('protect', until[, value]), ('offload', until[, value]), 'release', "
                           f"'evict' or 'none'")

@@ -119,6 +119,8 @@ def is_interrupt(exc: BaseException) -> bool:
 
 
 def as_int(value, what: str) -> int:
+    if type(value) is int:      # the usual answer: skip the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidDecision(f"{what} must be an int, got {value!r} "
                               f"({type(value).__name__})")
@@ -126,10 +128,16 @@ def as_int(value, what: str) -> int:
 
 
 def as_finite(value, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise InvalidDecision(f"{what} must be a number, got {value!r} "
-                              f"({type(value).__name__})")
-    v = float(value)
+    t = type(value)
+    if t is float:              # the usual answers: skip the ABC check
+        v = value
+    elif t is int:
+        v = float(value)
+    else:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise InvalidDecision(f"{what} must be a number, got {value!r} "
+                                  f"({type(value).__name__})")
+        v = float(value)
     if not math.isfinite(v):
         raise InvalidDecision(f"{what} must be finite, got {v!r}")
     return v
