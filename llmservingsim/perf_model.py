@@ -69,10 +69,24 @@ def _no_skew(rate: float, kv_max: int) -> float:
 def _label(bins: list, labels: list, x: float):
     """The profiler's bucketing (LLMServingSim ``_bucket_label``): label i covers
     (bins[i], bins[i+1]]; a value beyond the last edge takes the last label."""
-    i = bisect.bisect_left(bins, x) - 1
+    return _label_at(labels, bisect.bisect_left(bins, x))
+
+
+def _label_at(labels: list, k: int):
+    """``_label``'s label for ``k = bisect_left(bins, x)``."""
+    i = k - 1
     if i < 0:
         i = 0
     return labels[min(i, len(labels) - 1)] if labels else None
+
+
+def _label_span(bins: list, labels: list, x: float) -> tuple:
+    """``(_label(bins, labels, x), lo, hi)``: the label and the interval lo < x <= hi over
+    which it holds (``bisect_left`` gives the same index there), for a caller whose x moves
+    little from call to call."""
+    k = bisect.bisect_left(bins, x)
+    return (_label_at(labels, k), bins[k - 1] if k > 0 else -math.inf,
+            bins[k] if k < len(bins) else math.inf)
 
 
 class PerformanceModel:
@@ -253,13 +267,10 @@ class PerformanceModel:
         if by_labels is not None:
             sk = self.bundle.skew
             sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
-            # kv_max only grows: its label (_label: bisect_left(kvb_bins, kv_max)) holds
-            # while kv_max <= kv_edge, the first bin edge at or above it
-            kv_edge = -math.inf
-            # the spread rate is the same real number every step (mean, min and max all grow
-            # by one) but its float may move by an ulp, so its label is kept with the
-            # interval where bisect_left gives the same index: sr_lo < rate <= sr_hi
-            sr_lo, sr_hi = math.inf, -math.inf
+            # each label is kept with the interval where it holds (_label_span): kv_max
+            # grows by one a step; the spread rate is the same real number every step (mean,
+            # min and max all grow by one) but its float may move by an ulp
+            kv_lo = kv_hi = sr_lo = sr_hi = math.inf
             alpha = None
         alphas: dict = {}
         while True:
@@ -270,16 +281,14 @@ class PerformanceModel:
                     alpha = const
                 else:
                     rate = (mean_kv - kv_min) / (kv_max - kv_min)
-                    if kv_max > kv_edge or not sr_lo < rate <= sr_hi:
-                        if kv_max > kv_edge:
-                            k = bisect.bisect_left(kvb_bins, kv_max)
-                            kv_edge = kvb_bins[k] if k < len(kvb_bins) else math.inf
-                            kv_label = _label(kvb_bins, kvb_labels, kv_max)
-                        if not sr_lo < rate <= sr_hi:
-                            k = bisect.bisect_left(sr_bins, rate)
-                            sr_lo = sr_bins[k - 1] if k > 0 else -math.inf
-                            sr_hi = sr_bins[k] if k < len(sr_bins) else math.inf
-                        key = (_label(sr_bins, sr_labels, rate), kv_label)
+                    kv_new = not kv_lo < kv_max <= kv_hi
+                    sr_new = not sr_lo < rate <= sr_hi
+                    if kv_new or sr_new:
+                        if kv_new:
+                            kv_label, kv_lo, kv_hi = _label_span(kvb_bins, kvb_labels, kv_max)
+                        if sr_new:
+                            sr_label, sr_lo, sr_hi = _label_span(sr_bins, sr_labels, rate)
+                        key = (sr_label, kv_label)
                         alpha = alphas.get(key)
                         if alpha is None:
                             alpha = alphas[key] = by_labels(*key)
