@@ -83,6 +83,17 @@ class _Series:
         self.gen.append(0)
         self.busy_ns.append(0)
 
+    def split_busy(self, now: int, end: int) -> None:
+        """Busy time [now, end), which crosses a second boundary, split exactly at the
+        boundaries (the second of ``now`` is the last one held)."""
+        t = now
+        for b in range(now // NS_PER_S, end // NS_PER_S + 1):
+            if self.bins[-1] != b:
+                self.open(b)
+            edge = min(end, (b + 1) * NS_PER_S)
+            self.busy_ns[-1] += edge - t
+            t = edge
+
     def sample(self, upto_bin: int) -> None:
         """The instance's current state holds at the seconds ``next_bin .. upto_bin - 1``."""
         inst = self.inst
@@ -149,14 +160,8 @@ class MetricsCollector:
                 s.open(b0)
             if b0 == b1:
                 busy[-1] += total
-            else:                   # split exactly at the second boundaries (as _record)
-                t = now
-                for b in range(b0, b1 + 1):
-                    if bins[-1] != b:
-                        s.open(b)
-                    edge = min(end, (b + 1) * NS_PER_S)
-                    busy[-1] += edge - t
-                    t = edge
+            else:
+                s.split_busy(now, end)
             gen[-1] += n
             compute += timing.compute_ns
             comm += timing.comm_ns
@@ -201,14 +206,8 @@ class MetricsCollector:
             s.open(b0)
         if b0 == b1:
             s.busy_ns[-1] += end - now
-        else:                       # split exactly at the second boundaries
-            t = now
-            for b in range(b0, b1 + 1):
-                if bins[-1] != b:
-                    s.open(b)
-                edge = min(end, (b + 1) * NS_PER_S)
-                s.busy_ns[-1] += edge - t
-                t = edge
+        else:
+            s.split_busy(now, end)
         s.prompt[-1] += prompt
         s.gen[-1] += gen
         self.prompt_tokens += prompt
