@@ -112,6 +112,29 @@ class GridND:
         r0 = self._nested[i]
         return w, r0, (self._nested[i + 1] if len(a0) > 1 else r0)
 
+    def at_row(self, x0: float):
+        """``x1 -> self.along(self.row(x0), x1)`` of a 2-D grid, with ``bracket`` on the last
+        axis and ``along`` written out (the same operations in the same order, so the same
+        floats) and what ``x0`` fixes looked up once: the decode time of a batch size, read
+        at every step."""
+        w, r0, r1 = self.row(x0)
+        a1 = self.axes[1]
+        n1 = len(a1)
+        first, last, top = a1[0], a1[-1], n1 - 2
+        bisect_right = bisect.bisect_right
+
+        def at(x1: float) -> float:
+            if n1 == 1 or x1 <= first:
+                j, u = 0, 0.0
+            else:
+                j = top if x1 >= last else bisect_right(a1, x1) - 1
+                u = (x1 - a1[j]) / (a1[j + 1] - a1[j])
+            j1 = j + 1 if n1 > 1 else j
+            lo = r0[j] + u * (r0[j1] - r0[j])
+            hi = r1[j] + u * (r1[j1] - r1[j])
+            return lo + w * (hi - lo)
+        return at
+
     def along(self, row: tuple, x1: float) -> float:
         """The value at (x0, x1) of a 2-D grid, given ``row(x0)``."""
         w, r0, r1 = row

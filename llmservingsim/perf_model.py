@@ -166,7 +166,7 @@ class PerformanceModel:
         if f is None:
             decode = self.bundle.attention.decode
             dense, seq, L = self.dense_us(nd), self.per_sequence_us(nd), self.layers_per_stage
-            at, alpha_of, skewed = partial(decode.along, decode.row(nd)), self._alpha_of(0, nd, 0.0), self._skewed
+            at, alpha_of, skewed = decode.at_row(nd), self._alpha_of(0, nd, 0.0), self._skewed
 
             def f(kv_sum: int, kv_max: int, kv_min: int) -> float:
                 return dense + L * skewed(at, alpha_of, nd, kv_sum / nd, kv_min, kv_max) + seq
@@ -238,32 +238,16 @@ class PerformanceModel:
         """``decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
         (a generator): the steps of a fast-forwarded run, where every sequence grows by one
         token a step. Each value is the same float ``decode_us`` gives (the same operations
-        in the same order: ``_decode_fn``, ``_skewed``, ``GridND.along`` and ``bracket``
-        written out), with what ``nd`` fixes looked up once and the skew fit's alpha looked
+        in the same order: ``_decode_fn`` and ``_skewed`` written out, the grid read with
+        ``GridND.at_row``), with what ``nd`` fixes looked up once and the skew fit's alpha looked
         up once per pair of bucket labels."""
         fixed = self._stretch_memo.get(nd)
         if fixed is None:       # what nd fixes, once per batch size (a run is often short)
             fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd),
-                                              self.bundle.attention.decode.row(nd),
+                                              self.bundle.attention.decode.at_row(nd),
                                               self._alpha_parts(0, nd, 0.0))
-        dense, seq, (w, r0, r1), (const, by_labels) = fixed
+        dense, seq, at, (const, by_labels) = fixed
         L = self.layers_per_stage
-        a1 = self.bundle.attention.decode.axes[1]
-        n1 = len(a1)
-        first, last, top = a1[0], a1[-1], n1 - 2
-        bisect_right = bisect.bisect_right
-
-        def at(x):      # GridND.along(row, x) with bracket(a1, x)
-            if n1 == 1 or x <= first:
-                j, u = 0, 0.0
-            else:
-                j = top if x >= last else bisect_right(a1, x) - 1
-                u = (x - a1[j]) / (a1[j + 1] - a1[j])
-            j1 = j + 1 if n1 > 1 else j
-            lo = r0[j] + u * (r0[j1] - r0[j])
-            hi = r1[j] + u * (r1[j1] - r1[j])
-            return lo + w * (hi - lo)
-
         if by_labels is not None:
             sk = self.bundle.skew
             sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels

@@ -4,6 +4,7 @@
   axes' brackets shared) against the multilinear formula written out corner by corner;
 - ``PerformanceModel._alpha_of`` (the skew fit's fixed labels looked up once) against the
   profiler's bucket lookup done in full for each batch;
+- ``GridND.at_row`` (the decode grid read at one batch size) against ``along``;
 - ``StepTimer.time_shape`` of a pure-decode shape (delegated to ``time_decode``) against
   its parts computed from the general formula.
 """
@@ -65,6 +66,20 @@ def test_grid_line_is_the_corner_sum(case):
         assert at(x) == _corner_sum(grid, (*lead, x))
         if len(grid.axes) != 2:
             assert grid(*lead, x) == _corner_sum(grid, (*lead, x))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_grid_and_points())
+def test_grid_at_row_is_along(case):
+    """GridND.at_row (the decode grid's row fixed once, bracket and along written out) gives
+    along's floats; 2-D grids only (the decode grid's shape)."""
+    grid, lead, lasts = case
+    if len(grid.axes) != 2:
+        return
+    at = grid.at_row(lead[0])
+    row = grid.row(lead[0])
+    for x in lasts:
+        assert at(x) == grid.along(row, x)
 
 
 def _label(bins, labels, x):
