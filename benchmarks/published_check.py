@@ -8,11 +8,14 @@ its bundle is synthesized from the datasheet (provenance printed), and compares 
 aggregate metrics with the simulated ones. Nothing here is fitted: the efficiency fit never
 reads these numbers (they judge the model).
 
-Source: LambdaLabsML/vllm-benchmark, ``results/prompt_10/1x{H100,A100}-80GB-SXM/
-Meta-Llama-3-8B-Instruct_tp1_len2048.json`` (vLLM benchmark_serving.py, 10 ShareGPT prompts at
-request rate inf, vLLM 0.5/0.6 docker image with multi-step scheduling: 10 tokens per streamed
-chunk, September 2024). Llama-3-8B and Llama-3.1-8B have the same shapes (the simulation uses
-Llama-3.1-8B's config).
+Source: LambdaLabsML/vllm-benchmark, ``results/prompt_10/<N>x{H100,A100}-80GB-SXM/`` (vLLM
+benchmark_serving.py, 10 ShareGPT prompts at request rate inf, vLLM 0.5/0.6 docker image with
+multi-step scheduling: 10 tokens per streamed chunk, September 2024):
+``Meta-Llama-3-8B-Instruct_tp1_len2048.json`` and ``Meta-Llama-3-70B-Instruct_tp{4,8}_len2048.json``.
+Llama-3-8B / -70B have the shapes of Llama-3.1-8B / -70B (the simulation uses the 3.1 configs).
+In the 70B runs two prompts produced no output token (``output_lens`` 0, TTFT 0): they are not
+replayed, and the published mean TTFT is taken over the other eight (``mean_ttft_ms`` x 10 / 8);
+the TPOT statistics already skip them (vLLM counts requests with more than one output token).
 """
 from __future__ import annotations
 
@@ -20,26 +23,37 @@ import json
 import tempfile
 from pathlib import Path
 
-# (device, published commit, input lengths, output lengths, published metrics)
+PROMPTS = [13, 25, 27, 10, 329, 29, 399, 328, 4, 205]
+LAMBDA_H100, LAMBDA_A100 = "a4f9f4371a1ccac781293837fce2bce0cc6d25cc", "f093afe94aacfb282ac40fef31c94a0010b37e5e"
+# (device, model, TP, published commit, output lengths, published metrics)
 CASES = [
-    ("H100", "a4f9f4371a1ccac781293837fce2bce0cc6d25cc",
-     [13, 25, 27, 10, 329, 29, 399, 328, 4, 205], [120, 429, 233, 194, 101, 741, 9, 3, 6, 31],
+    ("H100", "meta-llama/Llama-3.1-8B", 1, LAMBDA_H100, [120, 429, 233, 194, 101, 741, 9, 3, 6, 31],
      {"duration_s": 5.3666, "output_tok_s": 347.89, "mean_ttft_ms": 62.43, "median_tpot_ms": 7.558,
       "mean_tpot_ms": 11.105}),
-    ("A100", "f093afe94aacfb282ac40fef31c94a0010b37e5e",
-     [13, 25, 27, 10, 329, 29, 399, 328, 4, 205], [120, 507, 233, 194, 101, 741, 9, 3, 6, 31],
+    ("A100", "meta-llama/Llama-3.1-8B", 1, LAMBDA_A100, [120, 507, 233, 194, 101, 741, 9, 3, 6, 31],
      {"duration_s": 8.5854, "output_tok_s": 226.55, "mean_ttft_ms": 126.87, "median_tpot_ms": 12.014,
       "mean_tpot_ms": 18.030}),
+    ("H100", "meta-llama/Llama-3.1-70B", 4, LAMBDA_H100, [120, 661, 233, 194, 101, 741, 0, 0, 6, 35],
+     {"duration_s": 13.0712, "output_tok_s": 159.97, "mean_ttft_ms": 112.516 * 10 / 8, "median_tpot_ms": 18.117,
+      "mean_tpot_ms": 20.445}),
+    ("H100", "meta-llama/Llama-3.1-70B", 8, LAMBDA_H100, [120, 624, 233, 194, 101, 741, 0, 0, 6, 35],
+     {"duration_s": 8.6171, "output_tok_s": 238.36, "mean_ttft_ms": 97.962 * 10 / 8, "median_tpot_ms": 12.179,
+      "mean_tpot_ms": 14.046}),
+    ("A100", "meta-llama/Llama-3.1-70B", 4, LAMBDA_A100, [120, 723, 233, 194, 101, 741, 0, 0, 6, 35],
+     {"duration_s": 21.4518, "output_tok_s": 100.365, "mean_ttft_ms": 252.175 * 10 / 8, "median_tpot_ms": 29.583,
+      "mean_tpot_ms": 34.059}),
+    ("A100", "meta-llama/Llama-3.1-70B", 8, LAMBDA_A100, [120, 705, 233, 194, 101, 741, 0, 0, 6, 35],
+     {"duration_s": 13.5562, "output_tok_s": 157.49, "mean_ttft_ms": 175.252 * 10 / 8, "median_tpot_ms": 19.914,
+      "mean_tpot_ms": 22.853}),
 ]
 
 
-def simulate(device: str, inputs: list, outputs: list, out: Path) -> dict:
+def simulate(device: str, model: str, tp: int, inputs: list, outputs: list, out: Path) -> dict:
     from program_layer.run import run_config
     wl = out / "w.jsonl"
     wl.write_text("".join(json.dumps({"input_toks": i, "output_toks": o, "arrival_time_ns": 0}) + "\n"
-                          for i, o in zip(inputs, outputs)))
-    cfg = {"model": "meta-llama/Llama-3.1-8B", "hardware": device, "parallelism": {"tp": 1},
-           "workload": {"path": str(wl)}}
+                          for i, o in zip(inputs, outputs) if o > 0))
+    cfg = {"model": model, "hardware": device, "parallelism": {"tp": tp}, "workload": {"path": str(wl)}}
     s = run_config(cfg, out / "run")
     calls = (out / "run" / "calls.csv").read_text().splitlines()
     head = calls[0].split(",")
@@ -54,14 +68,15 @@ def simulate(device: str, inputs: list, outputs: list, out: Path) -> dict:
 
 
 def main() -> int:
-    print("| device | metric | published | simulated | error % |\n|---|---|---:|---:|---:|")
+    print("| device | model | TP | metric | published | simulated | error % |\n|---|---|---:|---|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
-        for dev, commit, ins, outs, pub in CASES:
-            d = Path(tmp) / dev
+        for n, (dev, model, tp, _commit, outs, pub) in enumerate(CASES):
+            d = Path(tmp) / str(n)
             d.mkdir()
-            sim = simulate(dev, ins, outs, d)
+            sim = simulate(dev, model, tp, PROMPTS, outs, d)
             for k, v in pub.items():
-                print(f"| {dev} ({sim['provenance']}) | {k} | {v:g} | {sim[k]:.4g} | {100 * (sim[k] / v - 1):+.1f} |")
+                print(f"| {dev} ({sim['provenance']}) | {model.split('/')[1]} | {tp} | {k} | {v:.5g} | {sim[k]:.4g} | "
+                      f"{100 * (sim[k] / v - 1):+.1f} |")
     return 0
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from derive_tp_check import DECODE_CTX, DECODE_N, PREFILL, _pct    # the same step grid and error summary
-from llmservingsim.device_efficiency import CLASSES, fit_efficiency, measured_bundles
+from llmservingsim.device_efficiency import CLASSES, fit_efficiency, measured_bundles, op_tables, table_samples
 from llmservingsim.hardware import load_device
 from llmservingsim.model_config import load_model
 from llmservingsim.perf_model import PerformanceModel, batch_shape
@@ -84,10 +84,33 @@ def fold_errors(held: str, fit, bundles: list[tuple], tmp: Path):
                np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in pre]))
 
 
+def table_folds(bundles: list[tuple], tables: list) -> list[str]:
+    """Op-level leave-one-device-out on the public op tables: the GEMM class fitted on every
+    measured bundle and every *other* fitted table, priced on the held-out table's device
+    from its datasheet numbers, against each row (|predicted / measured - 1| per row; a
+    table not read by the shipped fit is held out of every fit anyway)."""
+    lines = ["| held-out table | device | read by the shipped fit | GEMM rows | memory-bound rows: median / p90 % | "
+             "compute-bound rows: median / p90 % | all rows: median / p90 % | signed median % |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for held in tables:
+        fit = fit_efficiency(bundles, tables=[t for t in tables if t.fit and t.device != held.device])
+        roof = fit.for_class("gemm").roofline(load_device(held.device))
+        err, mem = [], []
+        for _key, _c, _op, w, t in table_samples(held.path):
+            err.append(roof.time_us(w) / t - 1)
+            mem.append(w.bytes / (roof.bandwidth_gbs * 1e3) >= w.flops / (roof.tflops * 1e6))
+        err, mem = np.array(err), np.array(mem)
+        lines.append(f"| {held.path.name} | {held.device} | {'yes' if held.fit else 'no'} | {len(err)} | "
+                     f"{_pct(abs(err[mem]))} | {_pct(abs(err[~mem]))} | {_pct(abs(err))} | {100 * np.median(err):+.1f} |")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.parse_args(argv)
     bundles = measured_bundles()
+    tables = op_tables()
+    fitted = [t for t in tables if t.fit]
     devices = sorted({b[0] for b in bundles})
     lines = ["| held-out device | model | TP | steps (decode + prefill) | decode: median / p90 % | "
              "prefill: median / p90 % | all steps: median / p90 % | signed median % |",
@@ -96,7 +119,7 @@ def main(argv=None) -> int:
     pooled: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         for held in devices:
-            fit = fit_efficiency([b for b in bundles if b[0] != held])
+            fit = fit_efficiency([b for b in bundles if b[0] != held], tables=[t for t in fitted if t.device != held])
             folds.append((held, fit))
             for hw, name, tp, sd, sp in fold_errors(held, fit, bundles, Path(tmp)):
                 if sd is None:
@@ -121,6 +144,8 @@ def main(argv=None) -> int:
             e = fit.for_class(c)
             cells.append(f"{e.bandwidth:.3f} / {e.compute:.3f} / {e.launch_us:.2f}" + ("" if c in fit.classes else " (gemm)"))
         print(f"| {held} | " + " | ".join(cells) + " |")
+    print()
+    print("\n".join(table_folds(bundles, tables)))
     print()
     with tempfile.TemporaryDirectory() as tmp:
         print("\n".join(tp_scaling(Path(tmp))))

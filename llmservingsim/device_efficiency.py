@@ -23,7 +23,9 @@ bounds), so a synthesized time is > 0 and never faster than the datasheet roofli
 is deterministic (same bundles, same numbers); each training device weighs the same in the
 fit whatever the number or size of its bundles.
 
-Fitting reads measured bundles only (``measured_tps``: no PROVENANCE.md); mixed
+Fitting reads measured bundles (``measured_tps``: no PROVENANCE.md) and the public op tables
+of ``hardware/efficiency/ops/`` that its manifest marks ``fit: true`` (GEMMs measured on a
+device without a bundle: ``op_tables``, ``table_samples``); mixed
 prefill+decode attention points are not fitted (they are synthesized as the sum of the two
 parts, one launch). The shipped fit is ``hardware/efficiency/datasheet_fit.yaml``, written by
 ``python -m llmservingsim.device_efficiency --write``.
@@ -51,6 +53,11 @@ CLASSES = ("gemm", "elementwise", "attention_decode", "attention_prefill", "samp
 # A class the training data lacks (no MoE bundle outside the device left out) borrows another's.
 FALLBACK = {"moe": "gemm"}
 FIT_FILE = "efficiency/datasheet_fit.yaml"
+OPS_DIR = "efficiency/ops"          # public op tables and their manifest (tables.yaml)
+# An op table holds the projection GEMMs only: the kernels (cuBLAS) are the library's, not a
+# framework's, so a measurement outside vLLM times what vLLM runs (hardware/efficiency/ops/README.md).
+TABLE_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+TABLE_COLUMNS = ("model", "hidden", "heads", "kv_heads", "intermediate", "tp", "layer", "tokens", "time_us")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +169,77 @@ def measured_bundles(root: Optional[Path] = None, devices: Optional[Iterable[str
     return sorted(out)
 
 
+@dataclass(frozen=True)
+class OpTable:
+    """One public op table: the device it was measured on, its file, whether the shipped fit
+    reads it (``fit``) and, when not, why (``why``)."""
+    device: str
+    path: Path
+    fit: bool
+    why: str = ""
+
+
+def op_tables(folder: Optional[Path] = None) -> list[OpTable]:
+    """The op tables listed in ``folder/tables.yaml`` (default hardware/efficiency/ops), in
+    file order. The manifest maps a CSV file name to ``{device, fit, why}``; ``why`` is
+    required when ``fit`` is false. A bad manifest is a ProfileError naming it and the key."""
+    folder = Path(folder or hardware_dir() / OPS_DIR)
+    manifest = folder / "tables.yaml"
+    raw = load_yaml(manifest, error=ProfileError, what="op-table manifest")
+    if not isinstance(raw, dict) or not isinstance(raw.get("tables"), dict):
+        raise ProfileError("must be a mapping with a 'tables' mapping", file=str(manifest), key="tables")
+    out = []
+    for name, v in raw["tables"].items():
+        key = f"tables.{name}"
+        if not (isinstance(v, dict) and set(v) <= {"device", "fit", "why"} and isinstance(v.get("device"), str)
+                and isinstance(v.get("fit"), bool) and (v["fit"] or isinstance(v.get("why"), str))):
+            raise ProfileError("must be {device: NAME, fit: true|false, why: TEXT (when fit is false)}",
+                               file=str(manifest), key=key)
+        if not (folder / str(name)).is_file():
+            raise ProfileError("listed table does not exist", file=str(folder / str(name)), key=key)
+        out.append(OpTable(v["device"], folder / str(name), v["fit"], v.get("why", "")))
+    return out
+
+
+def table_samples(path: Path) -> Iterable[tuple[tuple, str, str, Work, float]]:
+    """(key, class, op, work on one rank, measured µs) for every row of one op table
+    (columns ``TABLE_COLUMNS``: the model's shapes, the TP degree, a dense.csv GEMM op, the
+    tokens and the time); ``key`` is (model, tp, op), the fit's weighting bucket. The work is
+    ``op_cost.dense_work`` of a model with the row's shapes (head_dim = hidden / heads), so a
+    table needs no model config. A malformed row is a ProfileError naming the file, line and
+    column."""
+    models: dict = {}
+    lines = iter_lines(path, error=ProfileError, what="op table")
+    reader = csv.DictReader(line for _, line in lines)
+    if tuple(reader.fieldnames or ()) != TABLE_COLUMNS:
+        raise ProfileError(f"header must be {','.join(TABLE_COLUMNS)}", file=str(path), line=1)
+    for n, r in enumerate(reader, start=2):
+        v = {}
+        for k in TABLE_COLUMNS[1:6] + ("tokens", "time_us"):
+            try:
+                v[k] = float(r[k]) if k == "time_us" else int(r[k])
+            except (TypeError, ValueError):
+                raise ProfileError("not a number" if k == "time_us" else "not an integer", file=str(path),
+                                   line=n, key=k) from None
+        shape = (v["hidden"], v["heads"], v["kv_heads"], v["intermediate"])
+        tp, tokens, t = v["tp"], v["tokens"], v["time_us"]
+        if min(shape) < 1 or shape[0] % shape[1] or tp < 1 or tokens < 1 or not (math.isfinite(t) and t > 0):
+            raise ProfileError("shapes, tp and tokens must be positive integers (hidden a multiple of heads), "
+                               "time_us a positive number", file=str(path), line=n)
+        if r["layer"] not in TABLE_OPS:
+            raise ProfileError(f"layer must be one of {', '.join(TABLE_OPS)}", file=str(path), line=n, key="layer")
+        if (r["model"], shape) not in models:
+            h, q, kv, inter = shape
+            models[(r["model"], shape)] = ModelSpec(name=r["model"], hidden_size=h, num_layers=1, num_heads=q,
+                                                    num_kv_heads=kv, head_dim=h // q, intermediate_size=inter,
+                                                    vocab_size=1, max_model_len=1, tie_embeddings=False)
+        model = models[(r["model"], shape)]
+        yield (r["model"], tp, r["layer"]), "gemm", r["layer"], dense_work(model, r["layer"], tokens, tp), t
+
+
 def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
-                   adjust: Optional[Callable[..., Optional[tuple]]] = None) -> EfficiencyFit:
+                   adjust: Optional[Callable[..., Optional[tuple]]] = None,
+                   tables: Iterable[OpTable] = ()) -> EfficiencyFit:
     """Fit one Efficiency per class on the measured ``bundles`` (hardware, model, tp) of
     possibly several devices: each row's work is expressed as its time at that device's
     datasheet peaks, so one (bandwidth, compute) fraction fits every device. Weights: every
@@ -171,10 +247,19 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
     then every device the same total within a class. ``adjust(device, model, tp, class, op,
     work, time)``, when given, returns the (work, time) a row is fitted as, or None to leave it out
     (benchmarks/synth_mechanisms.py tries alternative models with it; the shipped fit reads
-    every row as it is)."""
+    every row as it is). ``tables`` (``op_tables``) add their rows as samples of their device,
+    which then weighs like any other in the classes it has rows of (its GEMMs only)."""
     import numpy as np     # fits only: a run that synthesizes a bundle never imports numpy
     root = Path(root or profiles_dir())
     groups: dict = {}
+
+    def add(dev: Device, key: tuple, c: str, w: Work, t: float) -> None:
+        keys, works, times = groups.setdefault(c, ([], [], []))
+        keys.append(key)
+        # time at the datasheet peaks, as "bytes" at 1 GB/s and "FLOPs" at 1 TFLOP/s
+        works.append(Work(w.bytes / dev.memory_bandwidth_gbs, w.flops / dev.peak_bf16_tflops))
+        times.append(t)
+
     for hw, name, tp in bundles:
         dev, model = load_device(hw), load_model(name)
         folder = root / hw / name / "bf16" / f"tp{tp}"
@@ -184,11 +269,12 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
                 if row is None:
                     continue
                 w, t = row
-            keys, works, times = groups.setdefault(c, ([], [], []))
-            keys.append((hw, name, tp, op))
-            # time at the datasheet peaks, as "bytes" at 1 GB/s and "FLOPs" at 1 TFLOP/s
-            works.append(Work(w.bytes / dev.memory_bandwidth_gbs, w.flops / dev.peak_bf16_tflops))
-            times.append(t)
+            add(dev, (hw, name, tp, op), c, w, t)
+    tables = list(tables)
+    for table in tables:
+        dev = load_device(table.device)
+        for key, c, _op, w, t in table_samples(table.path):
+            add(dev, (table.device, *key), c, w, t)
     classes = {}
     for c in CLASSES:
         if c not in groups:
@@ -203,7 +289,13 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
         classes[c] = Efficiency(round(r.bandwidth_gbs, 4), round(r.tflops, 4), round(r.launch_us, 3))
     if "gemm" not in classes:
         raise ProfileError("no measured bundle to fit device efficiencies on", file=str(root))
-    return EfficiencyFit(classes, tuple(f"{hw} {m} tp{tp}" for hw, m, tp in bundles))
+    return EfficiencyFit(classes, tuple(f"{hw} {m} tp{tp}" for hw, m, tp in bundles)
+                         + tuple(f"{t.device} op table {t.path.name}" for t in tables))
+
+
+def shipped_fit() -> EfficiencyFit:
+    """What ``--write`` writes: every measured bundle and every op table marked ``fit``."""
+    return fit_efficiency(measured_bundles(), tables=[t for t in op_tables() if t.fit])
 
 
 def fit_yaml(fit: EfficiencyFit) -> str:
@@ -211,12 +303,12 @@ def fit_yaml(fit: EfficiencyFit) -> str:
              "# GENERATED by `python -m llmservingsim.device_efficiency --write`; do not edit.",
              "# t = launch_us + max(bytes / (bandwidth * memory_bandwidth_gbs), FLOPs / (compute * peak_bf16_tflops))",
              "# Method, data and fit quality: docs/datasheet-synthesis.md.",
-             "fitted_on:  # the measured bundles (profiles/, no PROVENANCE.md) the fit read"]
+             "fitted_on:  # the measured bundles (profiles/, no PROVENANCE.md) and op tables (efficiency/ops/) the fit read"]
     lines += [f"  - {b}" for b in fit.fitted_on]
     lines.append("classes:")
     for c, e in fit.classes.items():
         lines.append(f"  {c}: {{bandwidth: {e.bandwidth}, compute: {e.compute}, launch_us: {e.launch_us}}}"
-                     f"  # fitted (weighted log least squares) on the bundles above")
+                     f"  # fitted (weighted log least squares) on the data above")
     return "\n".join(lines) + "\n"
 
 
@@ -254,7 +346,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m llmservingsim.device_efficiency", description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"rewrite hardware/{FIT_FILE}")
     a = ap.parse_args(argv)
-    text = fit_yaml(fit_efficiency(measured_bundles()))
+    text = fit_yaml(shipped_fit())
     print(text, end="")
     if a.write:
         out = hardware_dir() / FIT_FILE

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmservingsim.device_efficiency import (CLASSES, Efficiency, fit_efficiency, fit_yaml, load_fit,
-                                             measured_bundles, occupancy)
+                                             occupancy, shipped_fit)
 from llmservingsim.errors import ConfigError, ProfileError
 from llmservingsim.hardware import list_devices, load_device
 from llmservingsim.model_config import load_model
@@ -142,12 +142,15 @@ def test_a_tp_the_heads_do_not_allow_names_the_config_key(tmp_path):
 def test_the_shipped_fit_is_the_fit_of_the_measured_bundles():
     """hardware/efficiency/datasheet_fit.yaml is regenerated: refitting gives the same text."""
     text = (hardware_dir() / "efficiency" / "datasheet_fit.yaml").read_text()
-    assert fit_yaml(fit_efficiency(measured_bundles())) == text
+    assert fit_yaml(shipped_fit()) == text
     fit = load_fit()
     assert set(fit.classes) == set(CLASSES)
     assert all(0 < e.bandwidth <= 1 and 0 < e.compute <= 1 and e.launch_us >= 0 for e in fit.classes.values())
     # no derived bundle is fitted on (B200 70B tp2 carries a PROVENANCE.md)
     assert "B200 meta-llama/Llama-3.1-70B tp2" not in fit.fitted_on
+    # the H100 op table is read, the A100 one (part not recorded) is a check only
+    assert "H100 op table H100_vidur.csv" in fit.fitted_on
+    assert not any(b.startswith("A100") for b in fit.fitted_on)
 
 
 def test_fit_adjust_re_expresses_or_drops_rows_and_nothing_else():

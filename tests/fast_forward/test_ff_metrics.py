@@ -94,7 +94,8 @@ def test_one_call_per_sample_equals_step_by_step(first, gap, steps, used, n):
     where ``on_decode_steps`` says the next start samples, the state set before each call
     as it is at that call's last start (what fast_forward._apply does), or step by step
     with the state of each step's start."""
-    times, t = [], first + gap
+    # the run starts when the executed step (of max(gap, 1) ns, below) ends: steps never overlap
+    times, t = [], first + max(gap, 1)
     for compute, comm, overhead in steps:
         total = compute + comm + overhead
         times.append((t, StepTiming(total, compute, comm, overhead)))
