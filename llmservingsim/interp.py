@@ -101,7 +101,7 @@ class GridND:
         # (weight over the leading axes, the values along the last axis) in corner order
         # (axis k is bit k of the corner's index): axis k doubles the list, its lower corners
         # first, each weight multiplied by the axes' weights in axis order. A corner of zero
-        # weight is dropped: ``at`` skips it anyway (its product with any u-weight is zero).
+        # weight is dropped: ``at`` skips it anyway (its product with any finite u-weight is zero).
         corners = [(1.0, self._nested)]
         for a, x in zip(axes, lead):
             i, w = bracket(a, x)
