@@ -116,10 +116,12 @@ class Cluster:
                             inst.current.num_tokens if inst.current is not None else 0,
                             sum(map(_num_tokens, running)))
 
-    def finished(self, req: Request, now_ns: int) -> None:
-        """Called by an instance when a request completes (before its retention decision)."""
+    def finished(self, req: Request, now_ns: int) -> Optional[CallInfo]:
+        """Called by an instance when a request completes (before its retention decision);
+        returns the call's CallInfo, which the instance hands to its retention hook (None
+        for a prefill leg)."""
         if req.pd is not None and self.disagg.on_finished(req, now_ns):
-            return          # a prefill leg: the call goes on on its decode instance
+            return None     # a prefill leg: the call goes on on its decode instance
         self.requests.pop(req.request_id, None)
         info = self.instances[req.instance].call_info(req)
         self.finished_calls.append(FinishedCall(
@@ -127,6 +129,7 @@ class Cluster:
             max(req.num_cached_tokens, 0), req.num_preemptions))
         if self.on_request_finished is not None:
             self.on_request_finished(info)
+        return info
 
     def run(self) -> None:
         self.loop.run()

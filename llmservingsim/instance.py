@@ -27,7 +27,7 @@ class Instance:
     tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
 
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
-                 hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], None],
+                 hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], Optional[CallInfo]],
                  on_step: Optional[Callable] = None, on_decode_steps: Optional[Callable] = None,
                  fast_forward: bool = False):
         self.index = index          # engine core (Cluster.instances position)
@@ -165,12 +165,16 @@ class Instance:
             self._start(self.loop.now)
 
     def _finish(self, req: Request, now: int) -> None:
-        self._on_finished(req, now)
+        info = self._on_finished(req, now)
         if req.pd is not None and req.pd.prefill is req:
             return      # a prefill leg keeps its blocks until its KV has been sent (disagg.py)
         decision = None
         if self.hooks.retention is not None:
-            decision = self.hooks.retention.on_complete(self.call_info(req), now, self.kv.usage())
+            # the callback's CallInfo (Cluster.finished builds one) is this one: its fields
+            # are the request's, and its instance is checked
+            if info is None or info.instance != self.server:
+                info = self.call_info(req)
+            decision = self.hooks.retention.on_complete(info, now, self.kv.usage())
             if decision.kind in RETAINING_KINDS and decision.deadline_ns > now:
                 self.release_owner_entries(req.owner, self.index, False)
         seq = self.kv.finish(req, decision, now)

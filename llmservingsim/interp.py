@@ -47,6 +47,33 @@ class Table1D:
         return v
 
 
+class WeightedSum:
+    """``x -> sum(mult * table(x) for mult, table in terms)`` (the same float, added in the
+    same order by ``sum``), for ``Table1D`` terms: when every table has the same x grid and
+    clamping (a profile's dense ops, all measured at the same token counts) the bracket is
+    looked up once for all of them instead of once per table (a mixed step's token count is
+    usually new, so the per-table caches miss)."""
+    __slots__ = ("terms", "_xs", "_clamp", "_rows")
+
+    def __init__(self, terms: Sequence[tuple[float, "Table1D"]]):
+        self.terms = list(terms)
+        tables = [t for _, t in self.terms]
+        shared = (tables and all(type(t) is Table1D for t in tables) and len(tables[0].xs) > 1
+                  and all(t.xs == tables[0].xs and t.clamp == tables[0].clamp for t in tables))
+        self._xs = tables[0].xs if shared else None
+        self._clamp = tables[0].clamp if shared else False
+        self._rows = [(m, t.ys) for m, t in self.terms]
+
+    def __call__(self, x: float) -> float:
+        xs = self._xs
+        if xs is None:
+            return sum(mult * table(x) for mult, table in self.terms)
+        if self._clamp and x >= xs[-1]:
+            return sum(mult * ys[-1] for mult, ys in self._rows)
+        i, w = bracket(xs, x)
+        return sum(mult * (ys[i] + w * (ys[i + 1] - ys[i])) for mult, ys in self._rows)
+
+
 class GridND:
     """Multilinear interpolation on a full rectangular grid ``values[axis0, axis1, ...]``.
 
@@ -71,19 +98,17 @@ class GridND:
         (the last axis's lower corners first), each weight the product of its axes' weights
         in axis order, so every value is the same float."""
         axes = self.axes
-        corners = []        # (weight over the leading axes, the values along the last axis)
-        brackets = [bracket(a, x) for a, x in zip(axes, lead)]
-        for corner in range(1 << len(lead)):
-            weight = 1.0
-            v = self._nested
-            for k, (i, w) in enumerate(brackets):
-                if corner >> k & 1:
-                    weight *= w
-                    v = v[i + 1 if len(axes[k]) > 1 else i]
-                else:
-                    weight *= 1.0 - w
-                    v = v[i]
-            corners.append((weight, v))
+        # (weight over the leading axes, the values along the last axis) in corner order
+        # (axis k is bit k of the corner's index): axis k doubles the list, its lower corners
+        # first, each weight multiplied by the axes' weights in axis order. A corner of zero
+        # weight is dropped: ``at`` skips it anyway (its product with any finite u-weight is zero).
+        corners = [(1.0, self._nested)]
+        for a, x in zip(axes, lead):
+            i, w = bracket(a, x)
+            i1 = i + 1 if len(a) > 1 else i
+            lo = 1.0 - w
+            corners = [(cw * lo, v[i]) for cw, v in corners] + [(cw * w, v[i1]) for cw, v in corners]
+        corners = [c for c in corners if c[0]]
         last = axes[-1]
 
         def at(x: float) -> float:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Sequence
 
+from .interp import WeightedSum
 from .model_config import ModelSpec
 from .profiles import ProfileBundle
 
@@ -108,6 +109,7 @@ class PerformanceModel:
             else:
                 mult = PER_LAYER_MULT.get(name, 1) * L
             self._dense_terms.append((mult, table))
+        self._dense_sum = WeightedSum(self._dense_terms)
         self._seq_tables = [bundle.per_sequence[k] for k in sorted(bundle.per_sequence)]
         if model.is_moe and bundle.moe is None:
             from .errors import ProfileError
@@ -118,7 +120,7 @@ class PerformanceModel:
     def dense_us(self, tokens: int) -> float:
         v = self._dense_memo.get(tokens)
         if v is None:
-            v = sum(mult * table(tokens) for mult, table in self._dense_terms)
+            v = self._dense_sum(tokens)
             if self.bundle.moe is not None and self.model.is_moe:
                 v += self.layers_per_stage * self.moe_us(tokens)
             self._dense_memo[tokens] = v

@@ -5,6 +5,8 @@
 - ``PerformanceModel._alpha_of`` (the skew fit's fixed labels looked up once) against the
   profiler's bucket lookup done in full for each batch;
 - ``GridND.at_row`` (the decode grid read at one batch size) against ``along``;
+- ``WeightedSum`` (a profile's dense ops summed with one bracket for tables on one x grid)
+  against ``sum(mult * table(x))``;
 - ``StepTimer.time_shape`` of a pure-decode shape (delegated to ``time_decode``) against
   its parts computed from the general formula.
 """
@@ -12,9 +14,9 @@ from __future__ import annotations
 
 import bisect
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
-from llmservingsim.interp import GridND, bracket
+from llmservingsim.interp import GridND, Table1D, WeightedSum, bracket
 from llmservingsim.perf_model import BatchShape
 from llmservingsim.paths import examples_dir
 from program_layer.config import load_config
@@ -200,3 +202,33 @@ def test_decode_stretch_at_spread_rate_edges():
             floats = timer.perf.decode_stretch(nd, kv_sum, kv_max, kv_min)
             for j in range(steps):
                 assert next(floats) == timer.perf.decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)
+
+
+@st.composite
+def _weighted_tables(draw):
+    """Tables on one shared x grid (the dense ops' case), or, sometimes, one table on a grid of
+    its own or clamped differently (the general path)."""
+    xs = sorted(draw(st.sets(st.integers(0, 5000), min_size=1, max_size=6)))
+    clamp = draw(st.booleans())
+    ys = st.floats(-1e4, 1e4, allow_nan=False)
+    terms = [(draw(st.sampled_from([1, 2, 80, 160, 0.5])),
+              Table1D(xs, [draw(ys) for _ in xs], clamp=clamp)) for _ in range(draw(st.integers(1, 9)))]
+    if draw(st.booleans()):
+        odd = sorted(draw(st.sets(st.integers(0, 5000), min_size=1, max_size=6)))
+        terms.insert(draw(st.integers(0, len(terms))),
+                     (2, Table1D(odd, [draw(ys) for _ in odd], clamp=draw(st.booleans()))))
+    # points on the grid (where bracket and clamping meet) and anywhere, below and above it
+    points = draw(st.lists(st.sampled_from(xs) | st.integers(-100, 6000) | st.floats(-100, 6000, allow_nan=False),
+                           min_size=1, max_size=4))
+    return terms, points
+
+
+@settings(max_examples=300, deadline=None)
+@given(_weighted_tables())
+# at a clamped table's last point the end value is not the interpolation's a + 1.0 * (b - a)
+@example(([(1, Table1D([0, 10], [8028.5491522296725, -9388.200339328929], clamp=True))], [10]))
+def test_weighted_sum_is_the_sum_of_tables(case):
+    terms, points = case
+    fast = WeightedSum(terms)
+    for x in points:
+        assert fast(x) == sum(mult * table(x) for mult, table in terms)

@@ -118,6 +118,7 @@ class CollectivePlanner:
         self._memo: dict = {}
         self._max_memo: dict = {}
         self._phase_memo: dict = {}
+        self._steps_memo: dict = {}     # (kind, involved) -> _phase_list's phases (size-free)
 
     # ------------------------------------------------------------------ public
     def collective_ns(self, kind, size: int, group: Optional[Sequence[int]] = None,
@@ -253,7 +254,9 @@ class CollectivePlanner:
             impls = self.system.implementations[kind]
             impl = impls[0] if len(impls) == 1 else Implementation("ring")
             return self._per_rank_chunks(impl, kind, group, chunk, chunks, True, starts, link_free)
-        steps = self._phase_list(kind, involved)
+        steps = self._steps_memo.get((kind, involved))
+        if steps is None:       # the phases depend on the topology alone: one build per kind
+            steps = self._steps_memo[(kind, involved)] = tuple(self._phase_list(kind, involved))
         if len(steps) == 1 and len(steps[0][0][2]) == n_all:
             (_dim, impl, members), k = steps[0]
             fin = self._per_rank_chunks(impl, k, members, chunk, chunks, False, starts, link_free)

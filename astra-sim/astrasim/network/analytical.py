@@ -41,6 +41,9 @@ class AnalyticalNetwork(NetworkBackend):
         self._npus = config.npus_count
         self._bpns = [bandwidth_bytes_per_ns(d.bandwidth_gbs) for d in self._dims]
         self._addr = [self._compute_address(i) for i in range(self._npus)]
+        # (src, dst) -> (hops * latency, bytes per ns) of a valid pair: a collective's phase
+        # asks for the same pairs at every new message size, and the route does not depend on it
+        self._pair: dict = {}
 
     @property
     def dims(self) -> tuple[DimSpec, ...]:
@@ -77,8 +80,11 @@ class AnalyticalNetwork(NetworkBackend):
         return self._route(src, dst)[1]
 
     def send_ns(self, src: int, dst: int, size: int) -> int:
-        dim, hops = self._route(src, dst)
-        return int(hops * self._dims[dim].latency_ns + float(size) / self._bpns[dim])
+        hit = self._pair.get((src, dst))
+        if hit is None:
+            dim, hops = self._route(src, dst)
+            hit = self._pair[(src, dst)] = (hops * self._dims[dim].latency_ns, self._bpns[dim])
+        return int(hit[0] + float(size) / hit[1])
 
 
 def analytical_network_from_link(topology: str, npus: int, bandwidth_gbs: float,
