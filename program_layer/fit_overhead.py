@@ -169,8 +169,8 @@ def fit_allreduce_tables(out: list, hw: str) -> dict:
     for tp in tps:
         regimes, notes = fit_measured_collectives(points, tp, VLLM_DISPATCH[cap][tp], nccl_regime(device, tp))
         result[tp] = regimes
-        out.append(f"### TP{tp}\n")
-        out.append("| sizes | backend | fitted on | latency us | bandwidth GB/s | points | leave-one-size-out |error| median / max |")
+        out.append(f"\n### TP{tp}\n")
+        out.append("| sizes | backend | fitted on | latency us | bandwidth GB/s | points | leave-one-size-out error, median / max of abs |")
         out.append("|---|---|---|---:|---:|---:|---:|")
         rows = []
         for r, (backend, lo, hi, how, pts) in zip(regimes, notes):
