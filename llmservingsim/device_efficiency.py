@@ -214,12 +214,15 @@ def table_samples(path: Path) -> Iterable[tuple[tuple, str, str, Work, float]]:
     if tuple(reader.fieldnames or ()) != TABLE_COLUMNS:
         raise ProfileError(f"header must be {','.join(TABLE_COLUMNS)}", file=str(path), line=1)
     for n, r in enumerate(reader, start=2):
-        try:
-            shape = tuple(int(r[k]) for k in ("hidden", "heads", "kv_heads", "intermediate"))
-            tp, tokens, t = int(r["tp"]), int(r["tokens"]), float(r["time_us"])
-        except (TypeError, ValueError):
-            bad = next(k for k in TABLE_COLUMNS[1:6] + ("tokens", "time_us") if not _number(r.get(k)))
-            raise ProfileError("not a number", file=str(path), line=n, key=bad) from None
+        v = {}
+        for k in TABLE_COLUMNS[1:6] + ("tokens", "time_us"):
+            try:
+                v[k] = float(r[k]) if k == "time_us" else int(r[k])
+            except (TypeError, ValueError):
+                raise ProfileError("not a number" if k == "time_us" else "not an integer", file=str(path),
+                                   line=n, key=k) from None
+        shape = (v["hidden"], v["heads"], v["kv_heads"], v["intermediate"])
+        tp, tokens, t = v["tp"], v["tokens"], v["time_us"]
         if min(shape) < 1 or shape[0] % shape[1] or tp < 1 or tokens < 1 or not (math.isfinite(t) and t > 0):
             raise ProfileError("shapes, tp and tokens must be positive integers (hidden a multiple of heads), "
                                "time_us a positive number", file=str(path), line=n)
@@ -232,14 +235,6 @@ def table_samples(path: Path) -> Iterable[tuple[tuple, str, str, Work, float]]:
                                                     vocab_size=1, max_model_len=1, tie_embeddings=False)
         model = models[(r["model"], shape)]
         yield (r["model"], tp, r["layer"]), "gemm", r["layer"], dense_work(model, r["layer"], tokens, tp), t
-
-
-def _number(x) -> bool:
-    try:
-        float(x)
-        return True
-    except (TypeError, ValueError):
-        return False
 
 
 def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,

@@ -93,6 +93,7 @@ def test_the_shipped_manifest_lists_the_vidur_tables():
     ("model,hidden\nm,1\n", 1, None),                                              # header
     (HEADER + "m,4096,32,8,14336,1,qkv_proj,1,20\nm,4096,x,8,14336,1,qkv_proj,2,21\n", 3, "heads"),
     (HEADER + "m,4096,32,8,14336,1,qkv_proj,1,\n", 2, "time_us"),
+    (HEADER + "m,4096,32,8,14336,1.5,qkv_proj,1,2.0\n", 2, "tp"),                # not an integer
     (HEADER + "m,4096,32,8,14336,1,layernorm,1,2.0\n", 2, "layer"),               # not a GEMM
     (HEADER + "m,4096,32,8,14336,0,qkv_proj,1,2.0\n", 2, None),                   # tp 0
     (HEADER + "m,4096,32,8,14336,1,qkv_proj,1,-1\n", 2, None),                    # negative time
