@@ -11,8 +11,8 @@ comparison only). Reports |derived / measured - 1|:
   its key (op name and size), median and 90th percentile per op;
 - per step: ``PerformanceModel.compute_us`` of pure-decode steps (1-256 sequences x 512-32k
   context, powers of two) and single-prefill steps (128-8k tokens, no prior context).
-Then the B200 Llama-3.1-70B batch-1 decode step (compute from derived bundles + the device's
-ring all-reduces, 2 per layer) for TP1/2/4/8 against (weight bytes per rank / memory
+Then the B200 Llama-3.1-70B batch-1 decode step (compute from derived bundles + the step's
+all-reduces as a run charges them, 2 per layer: ``step_comm_us``) for TP1/2/4/8 against (weight bytes per rank / memory
 bandwidth) + the same all-reduces, and the same step on the bundle a run loads from the shipped
 profile tree (``derive_bundle.load_or_derive``: measured tp1, every other TP derived on the fly).
 Same inputs, same output.
@@ -40,6 +40,18 @@ PAIRS = [("RTXPRO6000", "meta-llama/Llama-3.1-8B"), ("RTXPRO6000", "meta-llama/L
 DECODE_N = [2 ** i for i in range(9)]                 # 1 .. 256
 DECODE_CTX = [512 * 2 ** i for i in range(7)]         # 512 .. 32768
 PREFILL = [128 * 2 ** i for i in range(7)]            # 128 .. 8192
+
+
+def step_comm_us(hw: str, model, tp: int, shape) -> float:
+    """The step's TP all-reduces (µs) as a run charges them: the execution graph with the
+    device's fitted collective regimes where it has them (hardware/overhead/), else its
+    ring on the device network."""
+    from llmservingsim.execution_graph import GraphCommModel
+    from llmservingsim.overhead_model import load_overhead
+    if tp == 1:
+        return 0.0
+    regimes = load_overhead(hw).regimes_for(tp)
+    return GraphCommModel(model, load_device(hw), tp, 1, regimes=regimes).exposed_comm_ns(shape) / 1000.0
 
 
 def old_derive(src: Path, dst: Path, k: int) -> None:
@@ -157,7 +169,7 @@ def b200_bound(scratch: Path) -> list[str]:
         if tp > 1:
             derive(hw, name, tp, root=root)
             old_derive(dst / "tp1", old_root / hw / name / "bf16" / f"tp{tp}", tp)
-        comm = 2 * model.num_layers * dev.allreduce_ns(model.hidden_size * model.dtype_bytes, tp) / 1000.0
+        comm = step_comm_us(hw, model, tp, shape)
         bound = model.weight_bytes_per_rank(tp) / (dev.memory_bandwidth_gbs * 1e3) + comm
         new = PerformanceModel(model, load_bundle(hw, name, tp, root=root, cache=False)).compute_us(shape) + comm
         old = PerformanceModel(model, load_bundle(hw, name, tp, root=old_root, cache=False)).compute_us(shape) + comm

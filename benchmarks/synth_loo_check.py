@@ -13,7 +13,8 @@ percentile, decode and prefill apart and together. A bundle without the tables t
 step (a MoE bundle without moe.csv) is listed as such. The fitted terms of each fold are
 printed too. Last, the shipped fit's Llama-3.1-70B batch-1 decode (context 1024) on the
 datasheet-only devices at TP 1/2/4/8, against the weight-streaming bound, both with the
-device's ring all-reduces (2 per layer), as benchmarks/derive_tp_check.py does for B200.
+step's all-reduces as a run charges them (2 per layer, the device's collective regimes where
+it has them: derive_tp_check.step_comm_us), as benchmarks/derive_tp_check.py does for B200.
 Same inputs, same output.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from derive_tp_check import DECODE_CTX, DECODE_N, PREFILL, _pct    # the same step grid and error summary
+from derive_tp_check import DECODE_CTX, DECODE_N, PREFILL, _pct, step_comm_us    # the same step grid, errors, comm
 from llmservingsim.device_efficiency import CLASSES, fit_efficiency, measured_bundles, op_tables, table_samples
 from llmservingsim.hardware import load_device
 from llmservingsim.model_config import load_model
@@ -57,7 +58,7 @@ def tp_scaling(tmp: Path) -> list[str]:
             out = tmp / "tp" / hw / name / "bf16" / f"tp{tp}"
             synthesize(dev, model, tp, out)
             b = load_bundle(hw, name, tp, root=tmp / "tp", cache=False)
-            comm = 2 * model.num_layers * dev.allreduce_ns(model.hidden_size * model.dtype_bytes, tp) / 1000.0
+            comm = step_comm_us(hw, model, tp, shape)
             bound = model.weight_bytes_per_rank(tp) / (dev.memory_bandwidth_gbs * 1e3) + comm
             t = PerformanceModel(model, b).compute_us(shape) + comm
             lines.append(f"| {hw} | {tp} | {bound:.1f} | {t:.1f} | {t / bound:.2f} |")

@@ -126,7 +126,7 @@ class GraphCommModel:
             self.regimes = (Regime(0.0, device.nccl_allreduce_busbw_gbs),)
             self.networks = [choice.graph_network(tp * pp)]
         elif regimes:
-            self.networks = [network_config(device, tp, pp, r.bandwidth_gbs, r.latency_us * 1000.0) for r in regimes]
+            self.networks = [network_config(device, tp, pp, *r.ring_network(tp)) for r in regimes]
         else:       # the device file's network as written, plus its measured fixed cost
             self.networks = [network_config(device, tp, pp, None, device.collective_latency_ns)]
         # ``layout`` (rank_layout.RankLayout): the NPUs of the ranks; an instance spanning nodes

@@ -22,7 +22,7 @@ Two fits:
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +147,90 @@ def fit_collectives(rows: list, layers: int, hidden: int, framework: Framework,
 
 def table_path(root: Path, hardware: str, model: str, tp: int) -> Path:
     return Path(root) / hardware / model / "bf16" / f"tp{tp}" / "step_overhead.csv"
+
+
+# ---------------------------------------------------------------- isolated all-reduce benchmarks
+# For devices without TP step tables: regimes fitted on public microbenchmarks of vLLM's own
+# all-reduce backends (hardware/measurements/allreduce/, README.md there for provenance).
+
+@dataclass(frozen=True)
+class ARPoint:
+    """One measured all-reduce: ``us`` for ``bytes`` on ``tp`` GPUs with ``backend``;
+    ``cuda_graph`` False for a benchmark that launched each kernel eagerly."""
+    source: str
+    device: str
+    backend: str
+    cuda_graph: bool
+    tp: int
+    bytes: int
+    us: float
+
+
+def read_allreduce_table(path) -> list:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [ARPoint(r["source"], r["device"], r["backend"], r["cuda_graph"] == "yes", int(r["tp"]),
+                        int(r["bytes"]), float(r["time_us"])) for r in csv.DictReader(f)]
+
+
+KiB, MiB = 1024, 1024 * 1024
+# What vLLM 0.19 (V1, defaults: torch symmetric memory on, NCCL symmetric memory off) runs for
+# an all-reduce of S bytes, per device capability and TP size: (backend, S below which it is
+# chosen), in dispatch order. Custom all-reduce below min(8 MiB, CUSTOM_ALL_REDUCE_MAX_SIZES),
+# 1-stage or 2-stage by its kernel's own switch (2 GPUs always 1-stage; below 512 KiB on 4 and
+# 256 KiB on 8: custom_all_reduce.cuh); then torch symmetric memory below
+# SYMM_MEM_ALL_REDUCE_MAX_SIZES (multimem on 4-8 GPUs of capability 9.0, two-shot otherwise);
+# then NCCL (vllm/distributed/device_communicators/all_reduce_utils.py, symm_mem.py).
+VLLM_DISPATCH = {
+    "9.0": {
+        2: (("ca_1stage", 8 * MiB), ("symm_mem_two_shot", 64 * MiB), ("pynccl", None)),
+        4: (("ca_1stage", 512 * KiB), ("ca_2stage", 8 * MiB), ("symm_mem_multimem", 32 * MiB), ("pynccl", None)),
+        8: (("ca_1stage", 256 * KiB), ("symm_mem_multimem", 64 * MiB), ("pynccl", None)),
+    },
+}
+
+
+def regime_points(points: list, tp: int, backend: str, lo: int, hi) -> tuple:
+    """The measurements a regime of ``backend`` on [lo, hi) bytes is fitted on, and how:
+    CUDA-graph points of that backend and TP inside the range ("in range"); with fewer than
+    two, every CUDA-graph point of it ("extrapolated"); with fewer than two, the eager points
+    ("eager": launch cost included, an upper bound); else none (the device's NCCL model)."""
+    mine = [p for p in points if p.tp == tp and p.backend == backend]
+    graph = [p for p in mine if p.cuda_graph]
+    inside = [p for p in graph if p.bytes >= lo and (hi is None or p.bytes < hi)]
+    for pts, how in ((inside, "in range"), (graph, "extrapolated"), ([p for p in mine if not p.cuda_graph], "eager")):
+        if len({p.bytes for p in pts}) >= 2:
+            return pts, how
+    return [], "none"
+
+
+def _line(pts: list) -> Regime:
+    a, bw = fit_line([(p.bytes, p.us) for p in pts])
+    return Regime(a, bw)
+
+
+def fit_measured_collectives(points: list, tp: int, dispatch: tuple, fallback: Regime) -> tuple:
+    """Regimes of a ``tp``-GPU all-reduce from isolated benchmarks: one line per backend of
+    ``dispatch`` (``VLLM_DISPATCH`` row) on its points (``regime_points``), bounded where vLLM
+    leaves that backend; a backend without points gets ``fallback`` (the device's NCCL model),
+    and neighbouring fallback regimes merge. Returns (regimes, [(backend, lo, hi, how, points)])."""
+    regimes, notes, lo = [], [], 0
+    for backend, hi in dispatch:
+        pts, how = regime_points(points, tp, backend, lo, hi)
+        r = replace(_line(pts), max_bytes=hi) if pts else replace(fallback, max_bytes=hi)
+        if not pts and regimes and notes[-1][3] == "none":
+            regimes[-1] = r
+            notes[-1] = (notes[-1][0] + " + " + backend, notes[-1][1], hi, "none", [])
+        else:
+            regimes.append(r)
+            notes.append((backend, lo, hi, how, pts))
+        lo = hi
+    return tuple(regimes), notes
+
+
+def leave_one_size_out(pts: list) -> list:
+    """(point, prediction of the line fitted without every point of its size) per point."""
+    out = []
+    for p in pts:
+        rest = [q for q in pts if q.bytes != p.bytes]
+        out.append((p, _line(rest).us(p.bytes) if len({q.bytes for q in rest}) >= 2 else float("nan")))
+    return out

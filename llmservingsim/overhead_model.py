@@ -15,11 +15,12 @@ also pays (docs/overhead-model.md derives each term and its fit):
                          (clocks under sustained compute-bound load: the share is
                          compute x prefill tokens / tokens).
 
-``collectives`` (per device and TP size): the cost of one all-reduce of S bytes as vLLM
-dispatches it, a list of regimes ``latency_us + S / bandwidth_gbs`` chosen by the first
-``max_bytes`` that S fits under (vLLM's custom all-reduce below its 8 MiB buffer on 2 GPUs,
-NCCL above). The execution graph charges each collective on the system simulator with a
-network whose link latency and bandwidth reproduce the regime (execution_graph.py).
+``collectives`` (per device and TP size): the cost of one all-reduce of S bytes on TP GPUs
+as vLLM dispatches it, a list of regimes ``latency_us + S / bandwidth_gbs`` chosen by the
+first ``max_bytes`` that S fits under (e.g. vLLM's custom all-reduce below its 8 MiB buffer
+on 2 GPUs, NCCL above). The execution graph charges each collective on the system simulator
+with a ring network whose link latency and bandwidth reproduce the regime at that TP size
+(``Regime.ring_network``, execution_graph.py).
 
 A model whose bundle on this device has its own residual table may carry its own framework
 terms (``models:``), fitted on that table; other models get the device's.
@@ -67,6 +68,14 @@ class Regime:
     def us(self, size_bytes: int) -> float:
         """One all-reduce of ``size_bytes`` (decimal GB/s: bytes / (GB/s x 1e3) is µs)."""
         return self.latency_us + size_bytes / (self.bandwidth_gbs * 1e3)
+
+    def ring_network(self, n: int) -> tuple:
+        """(bus bandwidth GB/s, 2-GPU fixed cost ns) of the ring network whose ``n``-GPU
+        all-reduce costs :meth:`us`: a ring pays the fixed cost n - 1 times and moves
+        2 (n - 1) / n of the bytes (execution_graph.network_config); identity at n = 2."""
+        if n < 2:
+            return self.bandwidth_gbs, self.latency_us * 1000.0
+        return self.bandwidth_gbs * 2 * (n - 1) / n, self.latency_us * 1000.0 / (n - 1)
 
 
 @dataclass(frozen=True)

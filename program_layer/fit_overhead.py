@@ -5,7 +5,9 @@ Prints every fit with its data and leave-one-out residuals; ``--write`` also rew
 residual tables of the measured bundles (profiles/*/*/*/bf16/tp*/step_overhead.csv). The dev
 cell (examples/validation/RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10, a real vLLM 0.19 run)
 is not fitted: it checks the transferred per-prefill cost out of sample, and its own
-in-sample best fit is printed beside it for comparison.
+in-sample best fit is printed beside it for comparison. Devices without TP step tables get
+their collective regimes from public isolated benchmarks of vLLM's all-reduce backends
+(hardware/measurements/allreduce/allreduce.csv, README.md there).
 """
 from __future__ import annotations
 
@@ -16,15 +18,19 @@ from dataclasses import replace
 
 from llmservingsim import perf_model
 from llmservingsim.model_config import load_model
-from llmservingsim.overhead_fit import (fit_collectives, fit_framework, leave_one_out, per_allreduce, predict,
-                                        read_rows, table_path)
-from llmservingsim.overhead_model import Framework, regime_for
+from llmservingsim.overhead_fit import (VLLM_DISPATCH, fit_collectives, fit_framework, fit_measured_collectives,
+                                        leave_one_out, leave_one_size_out, per_allreduce, predict,
+                                        read_allreduce_table, read_rows, table_path)
+from llmservingsim.overhead_model import Framework, Regime, regime_for
 from llmservingsim.paths import examples_dir, hardware_dir, profiles_dir, project_root
 
 DEV_CELL = "validation/RTXPRO6000-Llama-3.1-8B-sharegpt300-sps10"
 B200_TABLES = [("meta-llama/Llama-3.1-8B", 1), ("meta-llama/Llama-3.1-70B", 1)]
 RTX_TP1_TABLE = ("meta-llama/Llama-3.1-8B", 1)
 RTX_TP2_TABLE = ("meta-llama/Llama-3.1-70B", 2)
+# Devices whose collectives come from the isolated all-reduce benchmarks: device -> (CUDA
+# capability that picks vLLM's dispatch table, TP sizes). H200 takes H100's regimes (below).
+MEASURED_AR = {"H100": ("9.0", (2, 4, 8))}
 
 
 def _rows(hw, model, tp):
@@ -132,6 +138,58 @@ def fit_rtx_tp2(out: list, fw: Framework):
     return regimes
 
 
+def nccl_regime(device, tp: int) -> Regime:
+    """The device file's NCCL model as a regime: the ring a TP group runs without a fit
+    (measured bus bandwidth, fixed cost paid n - 1 times), per call."""
+    return Regime((tp - 1) * device.collective_latency_ns / 1000.0, device.nccl_allreduce_busbw_gbs * tp / (2 * (tp - 1)))
+
+
+def _size(b) -> str:
+    return "unbounded" if b is None else (f"{b / (1 << 20):g} MiB" if b >= 1 << 20 else f"{b / 1024:g} KiB")
+
+
+def fit_allreduce_tables(out: list, hw: str) -> dict:
+    """TP size -> regimes of ``hw`` from the isolated benchmarks, each backend's line on the
+    points ``overhead_fit.regime_points`` picks, with leave-one-size-out residuals."""
+    from llmservingsim.hardware import load_device
+    from llmservingsim.paths import hardware_dir
+    cap, tps = MEASURED_AR[hw]
+    device = load_device(hw)
+    points = [p for p in read_allreduce_table(hardware_dir() / "measurements" / "allreduce" / "allreduce.csv")
+              if p.device == hw]
+    out.append(f"\n## {hw} collectives (isolated all-reduce benchmarks, no step table)\n")
+    out.append("Per TP size, each range goes to the backend vLLM 0.19 dispatches it to (capability "
+               f"{cap}: `overhead_fit.VLLM_DISPATCH`), a line `latency + bytes / bandwidth` fitted on that "
+               "backend's measurements (hardware/measurements/allreduce/allreduce.csv): *in range* = CUDA-graph "
+               "points inside the range; *extrapolated* = CUDA-graph points of that backend outside it; *eager* = "
+               "only benchmarks without CUDA graphs (launch cost included: an upper bound); *none* = no "
+               "measurement, the device file's NCCL model. Leave-one-size-out: every point predicted by the line "
+               "fitted without its size.\n")
+    result = {}
+    for tp in tps:
+        regimes, notes = fit_measured_collectives(points, tp, VLLM_DISPATCH[cap][tp], nccl_regime(device, tp))
+        result[tp] = regimes
+        out.append(f"\n### TP{tp}\n")
+        out.append("| sizes | backend | fitted on | latency us | bandwidth GB/s | points | leave-one-size-out error, median / max of abs |")
+        out.append("|---|---|---|---:|---:|---:|---:|")
+        rows = []
+        for r, (backend, lo, hi, how, pts) in zip(regimes, notes):
+            loso = [(p, q) for p, q in leave_one_size_out(pts) if q == q]
+            err = [abs(q / p.us - 1) for p, q in loso]
+            e = f"{100 * statistics.median(err):.1f} / {100 * max(err):.1f} %" if err else "n/a"
+            srcs = ", ".join(sorted({p.source for p in pts})) or "device NCCL model"
+            out.append(f"| {_size(lo)} - {_size(hi)} | {backend} | {how} ({srcs}) | {r.latency_us:.2f} | "
+                       f"{r.bandwidth_gbs:.1f} | {len(pts)} | {e} |")
+            rows += [(backend, p, q, r) for p, q in leave_one_size_out(pts)]
+        out.append("\n| backend | source | bytes | measured us | fit us | leave-one-size-out us |")
+        out.append("|---|---|---:|---:|---:|---:|")
+        for backend, p, q, r in rows:
+            out.append(f"| {backend} | {p.source} | {p.bytes} | {p.us:.1f} | {r.us(p.bytes):.1f} | "
+                       + ("n/a" if q != q else f"{q:.1f}") + " |")
+        out.append("")
+    return result
+
+
 def _fw_lines(fw: Framework, indent: str) -> list:
     return [f"{indent}step_us: {fw.step_us:.1f}", f"{indent}prefill_us: {fw.prefill_us:.1f}",
             f"{indent}prefill_compute: {fw.prefill_compute:.4f}"]
@@ -149,10 +207,11 @@ def overhead_yaml(device: str, fw: Framework, provenance: str, regimes=None, mod
             lines += [f"  {name}:", *_fw_lines(mfw, "    ")]
     if regimes:
         lines.append("collectives:")
-        lines.append("  tp2:")
-        for r in regimes:
-            mb = f"max_bytes: {r.max_bytes}, " if r.max_bytes else ""
-            lines.append(f"    - {{{mb}latency_us: {r.latency_us:.1f}, bandwidth_gbs: {r.bandwidth_gbs:.2f}}}")
+        for tp, regs in sorted(regimes.items()):
+            lines.append(f"  tp{tp}:")
+            for r in regs:
+                mb = f"max_bytes: {r.max_bytes}, " if r.max_bytes else ""
+                lines.append(f"    - {{{mb}latency_us: {r.latency_us:.1f}, bandwidth_gbs: {r.bandwidth_gbs:.2f}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -216,6 +275,7 @@ def main(argv=None) -> int:
     b200_8b, b200_70b = fit_b200(out)
     rtx = fit_rtx(out, b200_8b.prefill_us)
     regimes = fit_rtx_tp2(out, rtx)
+    measured = {hw: fit_allreduce_tables(out, hw) for hw in MEASURED_AR}
     text = "\n".join(out) + "\n"
     print(text)
     if args.write:
@@ -229,8 +289,19 @@ def main(argv=None) -> int:
             "RTXPRO6000", rtx, "step_us and prefill_compute from the Llama-3.1-8B TP1 table (both 0 within its "
             "noise), prefill_us the per-prefill host cost of the B200 Llama-3.1-8B fit (no small chunks in this "
             "device's tables; the dev cell checks it out of sample); TP2 collectives fitted on the "
-            "Llama-3.1-70B TP2 table.", regimes))
-        for dev in ("RTX4090", "H100", "H200", "A100", "L40S", "MI300X"):
+            "Llama-3.1-70B TP2 table.", {2: regimes}))
+        no_step = ("no step table on this device: the per-prefill host cost of the B200 Llama-3.1-8B fit (the "
+                   "same vLLM 0.19 host-side work), no step or prefill-compute term; ")
+        (d / "H100.yaml").write_text(overhead_yaml(
+            "H100", replace(rtx, prefill_compute=0.0), no_step + "collectives (TP2/4/8): per size the backend vLLM "
+            "0.19 dispatches to, fitted on public isolated benchmarks of vLLM's all-reduce backends on H100 "
+            "(vllm-project/vllm PRs 24111, 24532, 42324; sgl-project/sglang PR 2904; "
+            "hardware/measurements/allreduce/README.md).", measured["H100"]))
+        (d / "H200.yaml").write_text(overhead_yaml(
+            "H200", replace(rtx, prefill_compute=0.0), no_step + "collectives: H100's regimes (same GH100 die and "
+            "CUDA capability 9.0, so the same vLLM dispatch tables; same NVLink 4 / third-generation NVSwitch "
+            "fabric); no H200 all-reduce benchmark.", measured["H100"]))
+        for dev in ("RTX4090", "A100", "L40S", "MI300X"):
             (d / f"{dev}.yaml").write_text(overhead_yaml(
                 dev, replace(rtx, prefill_compute=0.0), "no measurement on this device: the per-prefill host cost "
                 "of the B200 Llama-3.1-8B fit (the same vLLM 0.19 host-side work), no step or prefill-compute "
