@@ -152,7 +152,6 @@ def fit_allreduce_tables(out: list, hw: str) -> dict:
     """TP size -> regimes of ``hw`` from the isolated benchmarks, each backend's line on the
     points ``overhead_fit.regime_points`` picks, with leave-one-size-out residuals."""
     from llmservingsim.hardware import load_device
-    from llmservingsim.paths import hardware_dir
     cap, tps = MEASURED_AR[hw]
     device = load_device(hw)
     points = [p for p in read_allreduce_table(hardware_dir() / "measurements" / "allreduce" / "allreduce.csv")
