@@ -23,7 +23,6 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from functools import partial
 from typing import Sequence
 
 from .interp import WeightedSum
@@ -153,7 +152,7 @@ class PerformanceModel:
             return att.prefill(b.prefill_tokens, b.prefill_ctx) if b.prefill_tokens else 0.0
         if not b.prefill_tokens:
             decode = att.decode
-            return self._skewed(partial(decode.along, decode.row(nd)), self._alpha_of(0, nd, 0.0), nd,
+            return self._skewed(decode.at_row(nd), self._alpha_of(0, nd, 0.0), nd,
                                 b.decode_kv_sum / nd, b.decode_kv_min, b.decode_kv_max)
         return self._skewed(att.mixed.line(b.prefill_tokens, b.prefill_ctx, nd),
                             self._alpha_of(b.prefill_tokens, nd, b.prefill_ctx),
