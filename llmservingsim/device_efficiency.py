@@ -237,26 +237,20 @@ def table_samples(path: Path) -> Iterable[tuple[tuple, str, str, Work, float]]:
         yield (r["model"], tp, r["layer"]), "gemm", r["layer"], dense_work(model, r["layer"], tokens, tp), t
 
 
-def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
-                   adjust: Optional[Callable[..., Optional[tuple]]] = None,
-                   tables: Iterable[OpTable] = ()) -> EfficiencyFit:
-    """Fit one Efficiency per class on the measured ``bundles`` (hardware, model, tp) of
-    possibly several devices: each row's work is expressed as its time at that device's
-    datasheet peaks, so one (bandwidth, compute) fraction fits every device. Weights: every
-    (device, model, tp, op, bytes octave, FLOPs octave) bucket the same (op_cost.size_weights),
-    then every device the same total within a class. ``adjust(device, model, tp, class, op,
-    work, time)``, when given, returns the (work, time) a row is fitted as, or None to leave it out
-    (benchmarks/synth_mechanisms.py tries alternative models with it; the shipped fit reads
-    every row as it is). ``tables`` (``op_tables``) add their rows as samples of their device,
-    which then weighs like any other in the classes it has rows of (its GEMMs only)."""
-    import numpy as np     # fits only: a run that synthesizes a bundle never imports numpy
+def fit_samples(bundles: list[tuple], root: Optional[Path] = None,
+                adjust: Optional[Callable[..., Optional[tuple]]] = None,
+                tables: Iterable[OpTable] = ()) -> dict:
+    """class -> (keys, works, times): every row the fit reads, from the measured ``bundles``
+    (hardware, model, tp) and the op ``tables``, each row's work expressed as its time at its
+    own device's datasheet peaks (``Work`` bytes at 1 GB/s, FLOPs at 1 TFLOP/s), so one
+    (bandwidth, compute) fraction fits every device; keys start with the device. ``adjust``
+    as in ``fit_efficiency``."""
     root = Path(root or profiles_dir())
     groups: dict = {}
 
     def add(dev: Device, key: tuple, c: str, w: Work, t: float) -> None:
         keys, works, times = groups.setdefault(c, ([], [], []))
         keys.append(key)
-        # time at the datasheet peaks, as "bytes" at 1 GB/s and "FLOPs" at 1 TFLOP/s
         works.append(Work(w.bytes / dev.memory_bandwidth_gbs, w.flops / dev.peak_bf16_tflops))
         times.append(t)
 
@@ -270,22 +264,43 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
                     continue
                 w, t = row
             add(dev, (hw, name, tp, op), c, w, t)
-    tables = list(tables)
     for table in tables:
         dev = load_device(table.device)
         for key, c, _op, w, t in table_samples(table.path):
             add(dev, (table.device, *key), c, w, t)
+    return groups
+
+
+def device_weights(keys: list, works: list):
+    """The fit's row weights (numpy array): every (key, bytes octave, FLOPs octave) bucket the
+    same (op_cost.size_weights), then every device (``key[0]``) the same total."""
+    import numpy as np
+    wt = size_weights(keys, works)
+    per_dev: dict = {}
+    for k, x in zip(keys, wt):
+        per_dev[k[0]] = per_dev.get(k[0], 0.0) + x
+    return np.array([x / per_dev[k[0]] for k, x in zip(keys, wt)])
+
+
+def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
+                   adjust: Optional[Callable[..., Optional[tuple]]] = None,
+                   tables: Iterable[OpTable] = ()) -> EfficiencyFit:
+    """Fit one Efficiency per class on the rows of ``fit_samples``: the measured ``bundles``
+    (hardware, model, tp) of possibly several devices and the op ``tables``, weighted by
+    ``device_weights``. ``adjust(device, model, tp, class, op, work, time)``, when given,
+    returns the (work, time) a bundle row is fitted as, or None to leave it out
+    (benchmarks/synth_mechanisms.py tries alternative models with it; the shipped fit reads
+    every row as it is). ``tables`` (``op_tables``) add their rows as samples of their device,
+    which then weighs like any other in the classes it has rows of (its GEMMs only)."""
+    root = Path(root or profiles_dir())
+    tables = list(tables)
+    groups = fit_samples(bundles, root, adjust, tables)
     classes = {}
     for c in CLASSES:
         if c not in groups:
             continue
         keys, works, times = groups[c]
-        wt = size_weights(keys, works)
-        per_dev: dict = {}
-        for k, x in zip(keys, wt):
-            per_dev[k[0]] = per_dev.get(k[0], 0.0) + x
-        wt = np.array([x / per_dev[k[0]] for k, x in zip(keys, wt)])
-        r = fit_roofline(works, times, 1.0, 1.0, wt)
+        r = fit_roofline(works, times, 1.0, 1.0, device_weights(keys, works))
         classes[c] = Efficiency(round(r.bandwidth_gbs, 4), round(r.tflops, 4), round(r.launch_us, 3))
     if "gemm" not in classes:
         raise ProfileError("no measured bundle to fit device efficiencies on", file=str(root))
