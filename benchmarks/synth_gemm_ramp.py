@@ -18,29 +18,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmservingsim.device_efficiency import (op_tables, table_samples, measured_bundles, bundle_samples)
-from llmservingsim.op_cost import size_weights
-from llmservingsim.hardware import load_device
-from llmservingsim.model_config import load_model
-from llmservingsim.paths import profiles_dir
-rows = {}   # device -> list of (key, bytes_at_peak_us, flops_at_peak_us, t)
-def add(dev, key, w, t):
-    d = load_device(dev)
-    rows.setdefault(dev, []).append((key, w.bytes / (d.memory_bandwidth_gbs * 1e3), w.flops / (d.peak_bf16_tflops * 1e6), t))
-for hw, name, tp in measured_bundles():
-    d, m = load_device(hw), load_model(name)
-    for c, op, w, t in bundle_samples(m, profiles_dir() / hw / name / "bf16" / f"tp{tp}", tp, d.sm_count):
-        if c == "gemm": add(hw, (hw, name, tp, op), w, t)
-for tb in op_tables():
-    for key, c, op, w, t in table_samples(tb.path): add(tb.device, (tb.device, *key), w, t)
+from llmservingsim.device_efficiency import device_weights, fit_samples, measured_bundles, op_tables
+
+# GEMM rows as the fit reads them (device_efficiency.fit_samples: every bundle, every op table),
+# bytes and FLOPs as µs at the device's datasheet peaks; keys start with the device
+_KEYS, _WORKS, _TIMES = fit_samples(measured_bundles(), tables=op_tables())["gemm"]
+
+
 def arrays(devs):
-    R = [r for d in devs for r in rows[d]]
-    from llmservingsim.op_cost import Work
-    wt = np.array(size_weights([r[0] for r in R], [Work(r[1], r[2]) for r in R]))
-    per = {}
-    for r, x in zip(R, wt): per[r[0][0]] = per.get(r[0][0], 0) + x
-    wt = np.array([x / per[r[0][0]] for r, x in zip(R, wt)])
-    return np.array([r[1] for r in R]), np.array([r[2] for r in R]), np.array([r[3] for r in R]), wt
+    """(bytes µs, FLOPs µs, measured µs, fit weights) of the GEMM rows of ``devs``."""
+    idx = [i for i, k in enumerate(_KEYS) if k[0] in devs]
+    keys, works = [_KEYS[i] for i in idx], [_WORKS[i] for i in idx]
+    return (np.array([w.bytes / 1e3 for w in works]), np.array([w.flops / 1e6 for w in works]),
+            np.array([_TIMES[i] for i in idx]), device_weights(keys, works))
+
+
 def pred(p, b, f):
     eb, ef, L, W0 = p
     return L + np.maximum(b / eb, (f + W0) / ef)
