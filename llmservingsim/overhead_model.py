@@ -69,6 +69,13 @@ class Regime:
         """One all-reduce of ``size_bytes`` (decimal GB/s: bytes / (GB/s x 1e3) is µs)."""
         return self.latency_us + size_bytes / (self.bandwidth_gbs * 1e3)
 
+    @classmethod
+    def of_ring(cls, bus_bandwidth_gbs: float, fixed_ns: float, n: int) -> "Regime":
+        """The per-call regime of an ``n``-GPU ring (``n`` >= 2) with bus bandwidth
+        ``bus_bandwidth_gbs`` and 2-GPU fixed cost ``fixed_ns``: :meth:`ring_network`'s inverse
+        (the fixed cost paid n - 1 times, 2 (n - 1) / n of the bytes moved)."""
+        return cls((n - 1) * fixed_ns / 1000.0, bus_bandwidth_gbs * n / (2 * (n - 1)))
+
     def ring_network(self, n: int) -> tuple:
         """(bus bandwidth GB/s, 2-GPU fixed cost ns) of the ring network whose ``n``-GPU
         all-reduce costs :meth:`us`: a ring pays the fixed cost n - 1 times and moves

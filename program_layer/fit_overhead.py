@@ -141,7 +141,7 @@ def fit_rtx_tp2(out: list, fw: Framework):
 def nccl_regime(device, tp: int) -> Regime:
     """The device file's NCCL model as a regime: the ring a TP group runs without a fit
     (measured bus bandwidth, fixed cost paid n - 1 times), per call."""
-    return Regime((tp - 1) * device.collective_latency_ns / 1000.0, device.nccl_allreduce_busbw_gbs * tp / (2 * (tp - 1)))
+    return Regime.of_ring(device.nccl_allreduce_busbw_gbs, device.collective_latency_ns, tp)
 
 
 def _size(b) -> str:

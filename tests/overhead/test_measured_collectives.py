@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmservingsim.execution_graph import GraphCommModel
 from llmservingsim.hardware import load_device
@@ -84,3 +86,16 @@ def test_measurement_table_reads_and_every_h100_row_is_a_known_backend():
     pts = read_allreduce_table(hardware_dir() / "measurements" / "allreduce" / "allreduce.csv")
     known = {"ca_1stage", "ca_2stage", "pynccl", "pynccl-symm", "symm_mem_multimem", "symm_mem_two_shot"}
     assert len(pts) == 128 and {p.backend for p in pts} <= known and all(p.us > 0 and p.bytes > 0 for p in pts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(bw=st.floats(1.0, 2000.0), fixed=st.floats(0.0, 1e5), n=st.integers(2, 64))
+def test_of_ring_is_ring_network_inverted(bw, fixed, n):
+    """``Regime.of_ring`` (the device's NCCL ring as a per-call regime, fit_overhead's
+    fallback) and ``Regime.ring_network`` (the ring a regime is charged on) undo each other,
+    and the regime's call costs what the ring's fixed cost n - 1 times plus 2 (n - 1) / n of
+    the bytes at the bus bandwidth cost."""
+    r = Regime.of_ring(bw, fixed, n)
+    back_bw, back_fixed = r.ring_network(n)
+    assert math.isclose(back_bw, bw, rel_tol=1e-12) and math.isclose(back_fixed, fixed, rel_tol=1e-12, abs_tol=1e-9)
+    assert math.isclose(r.us(10**6), (n - 1) * fixed / 1e3 + 2 * (n - 1) / n * 1e6 / (bw * 1e3), rel_tol=1e-12)
