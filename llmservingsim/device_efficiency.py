@@ -16,7 +16,9 @@ so small problems (decode GEMMs of one token, attention over a short context) si
 the asymptote ``eta_c`` and large ones approach it: a half-efficiency size of
 ``roof = launch_c * eta_c`` (equivalently a Little's-law ramp of the bandwidth with bytes in
 flight, whose latency is ``launch_c``). Three numbers per class, shared by every device:
-that is what lets a new device use them (docs/datasheet-synthesis.md).
+that is what lets a new device use them (docs/datasheet-synthesis.md). One exception: the
+``gemm`` bandwidth fraction is also fitted per memory family (HBM, GDDR: the device file's
+``memory_technology``), and a device of a known family uses its family's value.
 
 Invariants: every efficiency is in [0.01, 1] and every launch term >= 0 (op_cost.fit_roofline's
 bounds), so a synthesized time is > 0 and never faster than the datasheet roofline; the fit
