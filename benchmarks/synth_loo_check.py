@@ -95,7 +95,7 @@ def table_folds(bundles: list[tuple], tables: list) -> list[str]:
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for held in tables:
         fit = fit_efficiency(bundles, tables=[t for t in tables if t.fit and t.device != held.device])
-        roof = fit.for_class("gemm").roofline(load_device(held.device))
+        roof = fit.rooflines(load_device(held.device))["gemm"]
         err, mem = [], []
         for _key, _c, _op, w, t in table_samples(held.path):
             err.append(roof.time_us(w) / t - 1)
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     for held, fit in folds:
         cells = []
         for c in CLASSES:
-            e = fit.for_class(c)
+            e = fit.for_device(c, load_device(held))
             cells.append(f"{e.bandwidth:.3f} / {e.compute:.3f} / {e.launch_us:.2f}" + ("" if c in fit.classes else " (gemm)"))
         print(f"| {held} | " + " | ".join(cells) + " |")
     print()

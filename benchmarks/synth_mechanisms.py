@@ -44,6 +44,13 @@ from llmservingsim.perf_model import PerformanceModel
 from llmservingsim.profiles import load_bundle
 from llmservingsim.synthesize_bundle import synthesize
 
+
+def pooled_fit(*args, **kw) -> EfficiencyFit:
+    """``fit_efficiency`` with one GEMM bandwidth for every device, as when this analysis was
+    made (before the per-memory-family GEMM bandwidth), so the tables it prints stay those of
+    docs/datasheet-synthesis.md "Why the B200 fold misses"."""
+    return dataclasses.replace(fit_efficiency(*args, **kw), gemm_bandwidth={})
+
 # (b): SM clock at which each training device's datasheet BF16 peak is quoted (MHz).
 CLOCK_MHZ = {
     "B200": 1965.0,        # the B200 SM clock public benchmark logs report; NVIDIA's datasheet gives none
@@ -123,7 +130,7 @@ def tile_waves(tokens=(512, 768, 1024, 1536, 2048), tile=128) -> str:
 
 # ---- 2. attribution ----------------------------------------------------------------------------------
 def attribution(bundles) -> list[str]:
-    fit = fit_efficiency([b for b in bundles if b[0] != "B200"])
+    fit = pooled_fit([b for b in bundles if b[0] != "B200"])
     swaps = [("none (synthesized)", ()), ("gemm", ("gemm",)), ("elementwise", ("elementwise",)),
              ("sampler", ("sampler",)), ("attention", ("attention",)),
              ("all but gemm", ("elementwise", "sampler", "attention")),
@@ -230,29 +237,29 @@ def candidates(bundles):
     bundles ``train`` (``all_`` = every bundle, for the in-sample row)."""
     def two(ratio):
         def f(train, all_):
-            base = fit_efficiency(train)
-            return TwoRegimeFit(base.classes, base.fitted_on,
-                                fit_efficiency(train, adjust=regime(ratio, "mem")).classes["gemm"],
-                                fit_efficiency(train, adjust=regime(ratio, "cmp")).classes["gemm"])
+            base = pooled_fit(train)
+            return TwoRegimeFit(base.classes, base.fitted_on, {},
+                                pooled_fit(train, adjust=regime(ratio, "mem")).classes["gemm"],
+                                pooled_fit(train, adjust=regime(ratio, "cmp")).classes["gemm"])
         return f
 
     def cycles(clock):
         def f(train, all_):
-            base = fit_efficiency(train, adjust=in_cycles(clock))
-            return CycleFit(base.classes, base.fitted_on, clock)
+            base = pooled_fit(train, adjust=in_cycles(clock))
+            return CycleFit(base.classes, base.fitted_on, {}, clock)
         return f
     return [
-        ("shipped model", lambda train, all_: fit_efficiency(train)),
-        ("(c1) rows faster than DRAM out", lambda train, all_: fit_efficiency(train, adjust=drop_cached)),
+        ("shipped model", lambda train, all_: pooled_fit(train)),
+        ("(c1) rows faster than DRAM out", lambda train, all_: pooled_fit(train, adjust=drop_cached)),
         ("(c2) memory-bound GEMM rows with weights <= L2 out",
-         lambda train, all_: fit_efficiency(train, adjust=drop_l2_weights)),
+         lambda train, all_: pooled_fit(train, adjust=drop_l2_weights)),
         ("(b) fixed costs in SM cycles", cycles(CLOCK_MHZ)),
         ("(b) same, RTX PRO 6000 at 2430 MHz", cycles({**CLOCK_MHZ, **CLOCK_ALT})),
         ("two GEMM regimes, ratio 2", two(2.0)),
         ("two GEMM regimes, ratio 4", two(4.0)),
         ("GDDR training on Llama bundles only (post hoc)",
-         lambda train, all_: fit_efficiency([b for b in train if not b[1].startswith("Qwen/")])),
-        ("in-sample: every device fitted on", lambda train, all_: fit_efficiency(all_)),
+         lambda train, all_: pooled_fit([b for b in train if not b[1].startswith("Qwen/")])),
+        ("in-sample: every device fitted on", lambda train, all_: pooled_fit(all_)),
     ]
 
 

@@ -16,7 +16,9 @@ so small problems (decode GEMMs of one token, attention over a short context) si
 the asymptote ``eta_c`` and large ones approach it: a half-efficiency size of
 ``roof = launch_c * eta_c`` (equivalently a Little's-law ramp of the bandwidth with bytes in
 flight, whose latency is ``launch_c``). Three numbers per class, shared by every device:
-that is what lets a new device use them (docs/datasheet-synthesis.md).
+that is what lets a new device use them (docs/datasheet-synthesis.md). One exception: the
+``gemm`` bandwidth fraction is also fitted per memory family (HBM, GDDR: the device file's
+``memory_technology``), and a device of a known family uses its family's value.
 
 Invariants: every efficiency is in [0.01, 1] and every launch term >= 0 (op_cost.fit_roofline's
 bounds), so a synthesized time is > 0 and never faster than the datasheet roofline; the fit
@@ -35,12 +37,12 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from .errors import ProfileError, iter_lines, load_yaml
-from .hardware import Device, load_device
+from .hardware import MEMORY_FAMILIES, Device, load_device
 from .model_config import ModelSpec, load_model
 from .op_cost import (Roofline, Work, attention_work, dense_work, fit_roofline, moe_work, op_class,
                       per_sequence_work, size_weights)
@@ -75,15 +77,28 @@ class Efficiency:
 
 @dataclass(frozen=True)
 class EfficiencyFit:
-    """Efficiencies per class and the bundles ("HW MODEL tpN") they were fitted on."""
+    """Efficiencies per class and the bundles ("HW MODEL tpN") they were fitted on, and the
+    GEMM class's bandwidth fraction per memory family (``Device.memory_family``) of the
+    training devices: streaming GEMMs (cuBLAS, decode) reach a smaller fraction of an HBM
+    datasheet's bandwidth than of a GDDR one's (docs/datasheet-synthesis.md). A device of a
+    family the fit has no value for, or of unknown family, takes the pooled fraction."""
     classes: dict
     fitted_on: tuple
+    gemm_bandwidth: dict = field(default_factory=dict)
 
     def for_class(self, c: str) -> Efficiency:
         return self.classes[c] if c in self.classes else self.classes[FALLBACK[c]]
 
+    def for_device(self, c: str, device: Device) -> Efficiency:
+        """Class ``c``'s terms on ``device``: ``for_class``, with the GEMM bandwidth fraction
+        of the device's memory family."""
+        e = self.for_class(c)
+        if c == "gemm" and device.memory_family in self.gemm_bandwidth:
+            e = replace(e, bandwidth=self.gemm_bandwidth[device.memory_family])
+        return e
+
     def rooflines(self, device: Device) -> dict:
-        return {c: self.for_class(c).roofline(device) for c in CLASSES}
+        return {c: self.for_device(c, device).roofline(device) for c in CLASSES}
 
 
 def op_synth_class(op: str) -> str:
@@ -305,7 +320,22 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
     if "gemm" not in classes:
         raise ProfileError("no measured bundle to fit device efficiencies on", file=str(root))
     return EfficiencyFit(classes, tuple(f"{hw} {m} tp{tp}" for hw, m, tp in bundles)
-                         + tuple(f"{t.device} op table {t.path.name}" for t in tables))
+                         + tuple(f"{t.device} op table {t.path.name}" for t in tables),
+                         gemm_bandwidth_by_family(*groups["gemm"]))
+
+
+def gemm_bandwidth_by_family(keys: list, works: list, times: list) -> dict:
+    """Memory family -> the GEMM bandwidth fraction fitted (as ``fit_efficiency`` fits a class)
+    on the GEMM rows of that family's devices alone; only the bandwidth term is kept (compute
+    and launch stay pooled: the family is a property of the DRAM, not of the SMs)."""
+    family = {d: load_device(d).memory_family for d in {k[0] for k in keys}}
+    out = {}
+    for f in sorted({f for f in family.values() if f}):
+        idx = [i for i, k in enumerate(keys) if family[k[0]] == f]
+        ks, ws = [keys[i] for i in idx], [works[i] for i in idx]
+        r = fit_roofline(ws, [times[i] for i in idx], 1.0, 1.0, device_weights(ks, ws))
+        out[f] = round(r.bandwidth_gbs, 4)
+    return out
 
 
 def shipped_fit() -> EfficiencyFit:
@@ -324,6 +354,9 @@ def fit_yaml(fit: EfficiencyFit) -> str:
     for c, e in fit.classes.items():
         lines.append(f"  {c}: {{bandwidth: {e.bandwidth}, compute: {e.compute}, launch_us: {e.launch_us}}}"
                      f"  # fitted (weighted log least squares) on the data above")
+    if fit.gemm_bandwidth:
+        lines.append("gemm_bandwidth:  # per memory family: the gemm bandwidth fitted on that family's devices alone")
+        lines += [f"  {f}: {b}" for f, b in fit.gemm_bandwidth.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -352,7 +385,14 @@ def load_fit(path: Optional[Path] = None) -> EfficiencyFit:
     for c in CLASSES:
         if c not in classes and FALLBACK.get(c) not in classes:
             raise ProfileError(f"class {c!r} missing", file=str(path), key="classes")
-    fit = EfficiencyFit(classes, tuple(raw.get("fitted_on") or ()))
+    fams = raw.get("gemm_bandwidth") or {}
+    if not isinstance(fams, dict):
+        raise ProfileError("must be a mapping of memory family to a fraction", file=str(path), key="gemm_bandwidth")
+    for f, b in fams.items():
+        if f not in MEMORY_FAMILIES or not isinstance(b, (int, float)) or isinstance(b, bool) or not 0 < b <= 1:
+            raise ProfileError(f"must map {' or '.join(MEMORY_FAMILIES)} to a fraction in (0, 1]", file=str(path),
+                               key=f"gemm_bandwidth.{f}")
+    fit = EfficiencyFit(classes, tuple(raw.get("fitted_on") or ()), {f: float(b) for f, b in fams.items()})
     _LOADED[str(path)] = fit
     return fit
 

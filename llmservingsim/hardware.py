@@ -46,7 +46,10 @@ _DEVICE_KEYS = {
 # Optional: measured time of a tiny (4 KiB) all-reduce on 2 GPUs, i.e. the fixed cost of one
 # collective. Used only where the device has no fitted collective regimes for the TP size
 # (hardware/overhead/<device>.yaml; execution_graph.GraphCommModel).
-_OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT, "host_link": "mapping"}
+_OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT, "host_link": "mapping", "memory_technology": _STR}
+# Optional: the DRAM technology on the datasheet ("HBM3e", "GDDR7", ...). Its family (HBM or
+# GDDR) selects the GEMM bandwidth fraction a datasheet synthesis uses (device_efficiency).
+MEMORY_FAMILIES = ("HBM", "GDDR")
 # Optional: one GPU's copy-engine path to host DRAM, the default link of a kv_tiers CPU tier
 # (llmservingsim/kv_tiers.py): measured host-to-device / device-to-host GB/s and a latency.
 _HOST_LINK_KEYS = ("kind", "h2d_gbs", "d2h_gbs", "latency_us")
@@ -97,10 +100,16 @@ class Device:
     sm_count: int = 0
     tp_non_torch_gib: float = 0.0    # non-torch memory the TP communicators add (memory_model)
     collective_latency_ns: float = 0.0
+    memory_technology: str = ""      # datasheet DRAM technology; "" when the file does not say
     inter_node: Any = None           # inter_node.InterNode: the network between nodes (optional)
     host_link: Optional[Mapping[str, Any]] = field(default=None, compare=False)   # kind, h2d_gbs, d2h_gbs, latency_us
     _network: Mapping[str, tuple] = field(repr=False, compare=False, default_factory=dict)
     _system: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def memory_family(self) -> str:
+        """"HBM" or "GDDR" (the prefix of ``memory_technology``), "" when unknown."""
+        return next((f for f in MEMORY_FAMILIES if self.memory_technology.startswith(f)), "")
 
     @property
     def tp_non_torch_bytes(self) -> int:
@@ -260,6 +269,10 @@ def _build_device(raw: Any, path: Path) -> Device:
         inter_node = parse_inter_node(raw.pop("inter_node"), path)
     check_keys(raw, _DEVICE_KEYS, path)
     v = {k: _check(raw[k], kind, path, k) for k, kind in _DEVICE_KEYS.items()}
+    tech = optional.get("memory_technology", "")
+    if "memory_technology" in optional and not tech.startswith(MEMORY_FAMILIES):
+        raise ProfileError(f"'{tech}' must name an HBM or GDDR technology (e.g. HBM3e, GDDR7)",
+                           file=str(path), key="memory_technology")
     if optional.get("collective_latency_ns", 0.0) < 0:
         raise ProfileError("must be >= 0", file=str(path), key="collective_latency_ns")
     if v["name"] != path.stem:
@@ -285,7 +298,7 @@ def _build_device(raw: Any, path: Path) -> Device:
                   cuda_memory_bytes=v["cuda_memory_bytes"], sm_count=v["sm_count"],
                   tp_non_torch_gib=v["tp_non_torch_gib"],
                   collective_latency_ns=optional.get("collective_latency_ns", 0.0),
-                  inter_node=inter_node, host_link=_host_link(optional.get("host_link"), path),
+                  memory_technology=tech, inter_node=inter_node, host_link=_host_link(optional.get("host_link"), path),
                   _network=network, _system=system)
 
 

@@ -180,7 +180,14 @@ KiB, MiB = 1024, 1024 * 1024
 # 256 KiB on 8: custom_all_reduce.cuh); then torch symmetric memory below
 # SYMM_MEM_ALL_REDUCE_MAX_SIZES (multimem on 4-8 GPUs of capability 9.0, two-shot otherwise);
 # then NCCL (vllm/distributed/device_communicators/all_reduce_utils.py, symm_mem.py).
+# Capability 8.0 (A100) has no row in either max-size table: custom all-reduce keeps its
+# default 8 MiB limit and torch symmetric memory is not used, so NCCL takes over at 8 MiB.
 VLLM_DISPATCH = {
+    "8.0": {
+        2: (("ca_1stage", 8 * MiB), ("pynccl", None)),
+        4: (("ca_1stage", 512 * KiB), ("ca_2stage", 8 * MiB), ("pynccl", None)),
+        8: (("ca_1stage", 256 * KiB), ("ca_2stage", 8 * MiB), ("pynccl", None)),
+    },
     "9.0": {
         2: (("ca_1stage", 8 * MiB), ("symm_mem_two_shot", 64 * MiB), ("pynccl", None)),
         4: (("ca_1stage", 512 * KiB), ("ca_2stage", 8 * MiB), ("symm_mem_multimem", 32 * MiB), ("pynccl", None)),

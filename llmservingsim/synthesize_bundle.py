@@ -115,9 +115,8 @@ def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Option
             w = csv.writer(f, lineterminator="\n")
             w.writerow(header)
             w.writerows(rows)
-    table = "\n".join(f"| {c} | {fit.for_class(c).bandwidth:g} | {fit.for_class(c).compute:g} | "
-                      f"{fit.for_class(c).launch_us:g} | {r.bandwidth_gbs:.1f} | {r.tflops:.1f} |"
-                      for c, r in roof.items())
+    table = "\n".join(f"| {c} | {e.bandwidth:g} | {e.compute:g} | {e.launch_us:g} | {r.bandwidth_gbs:.1f} | {r.tflops:.1f} |"
+                      for c, r in roof.items() for e in (fit.for_device(c, device),))
     (out / "PROVENANCE.md").write_text(
         f"# SYNTHESIZED bundle: {device.name} {model.name} bf16 tp{tp}\n\n"
         f"Not measured. Synthesized from datasheet: {device.name}'s memory_bandwidth_gbs "

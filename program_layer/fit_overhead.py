@@ -30,7 +30,7 @@ RTX_TP1_TABLE = ("meta-llama/Llama-3.1-8B", 1)
 RTX_TP2_TABLE = ("meta-llama/Llama-3.1-70B", 2)
 # Devices whose collectives come from the isolated all-reduce benchmarks: device -> (CUDA
 # capability that picks vLLM's dispatch table, TP sizes). H200 takes H100's regimes (below).
-MEASURED_AR = {"H100": ("9.0", (2, 4, 8))}
+MEASURED_AR = {"H100": ("9.0", (2, 4, 8)), "A100": ("8.0", (2, 4, 8))}
 
 
 def _rows(hw, model, tp):
@@ -300,7 +300,13 @@ def main(argv=None) -> int:
             "H200", replace(rtx, prefill_compute=0.0), no_step + "collectives: H100's regimes (same GH100 die and "
             "CUDA capability 9.0, so the same vLLM dispatch tables; same NVLink 4 / third-generation NVSwitch "
             "fabric); no H200 all-reduce benchmark.", measured["H100"]))
-        for dev in ("RTX4090", "A100", "L40S", "MI300X"):
+        (d / "A100.yaml").write_text(overhead_yaml(
+            "A100", replace(rtx, prefill_compute=0.0), no_step + "collectives (TP2/4/8): per size the backend vLLM "
+            "0.19 dispatches to on capability 8.0, fitted on a public isolated benchmark of vLLM's custom "
+            "all-reduce on A100 without CUDA graphs (sgl-project/sglang PR 2688: an upper bound); sizes with no "
+            "measurement keep the device file's NCCL model (hardware/measurements/allreduce/README.md).",
+            measured["A100"]))
+        for dev in ("RTX4090", "L40S", "MI300X"):
             (d / f"{dev}.yaml").write_text(overhead_yaml(
                 dev, replace(rtx, prefill_compute=0.0), "no measurement on this device: the per-prefill host cost "
                 "of the B200 Llama-3.1-8B fit (the same vLLM 0.19 host-side work), no step or prefill-compute "

@@ -168,8 +168,42 @@ def test_fit_adjust_re_expresses_or_drops_rows_and_nothing_else():
     assert plain.classes["gemm"] == Efficiency(0.9252, 0.9583, 6.231)
 
 
+def test_the_gemm_bandwidth_of_a_device_is_its_memory_familys(tmp_path):
+    """``gemm_bandwidth`` replaces the gemm class's bandwidth fraction on a device of that
+    family, and only that term of that class; a family without a value keeps the pooled one."""
+    (tmp_path / "fit.yaml").write_text(FIT + "gemm_bandwidth:\n  HBM: 0.25\n")
+    fit = load_fit(tmp_path / "fit.yaml")
+    h100, rtx = load_device("H100"), load_device("RTX4090")
+    assert fit.for_device("gemm", h100) == Efficiency(0.25, 0.25, 2.0)
+    assert fit.for_device("gemm", rtx) == Efficiency(0.5, 0.25, 2.0)
+    assert fit.for_device("elementwise", h100) == fit.for_class("elementwise")
+    # H100 qkv_proj at 1 token: 50,352,128 B at 0.25 x 3350 GB/s = 837,500 B/us -> 60.1219 us, + 2
+    out = synthesize(h100, load_model("meta-llama/Llama-3.1-8B"), 1, tmp_path / "tp1", fit=fit)
+    assert _rows(out / "dense.csv")[("qkv_proj", "1")] == "62.1219"
+
+
+def test_the_family_bandwidth_is_the_fit_of_that_familys_rows_alone():
+    """``gemm_bandwidth_by_family``: GEMM rows of an HBM device (H100) that stream at 0.8 of the
+    datasheet and of a GDDR device (RTX 4090) at 0.9, both with a 4 us launch: each family gets
+    its own fraction back (within the grid's resolution), and the pooled fit lies between."""
+    from llmservingsim.device_efficiency import gemm_bandwidth_by_family
+    from llmservingsim.op_cost import Work
+    keys, works, times = [], [], []
+    for dev, eta in (("H100", 0.8), ("RTX4090", 0.9)):
+        for i, mb in enumerate((5, 20, 80, 320, 1280)):     # bytes at 1 GB/s (= us at the peak): memory-bound
+            keys.append((dev, "m", 1, f"op{i}"))
+            works.append(Work(mb * 1e3, 1e-3))
+            times.append(4.0 + mb * 1e3 / (eta * 1e3))
+    fams = gemm_bandwidth_by_family(keys, works, times)
+    assert set(fams) == {"HBM", "GDDR"}
+    assert fams["HBM"] == pytest.approx(0.8, abs=2e-3) and fams["GDDR"] == pytest.approx(0.9, abs=2e-3)
+
+
 @pytest.mark.parametrize("body, key", [
     ("classes: {gemm: {bandwidth: 1.5, compute: 0.5, launch_us: 1}}\n", "classes.gemm"),
+    (FIT + "gemm_bandwidth: {HBM: 1.5}\n", "gemm_bandwidth.HBM"),
+    (FIT + "gemm_bandwidth: {DDR: 0.5}\n", "gemm_bandwidth.DDR"),
+    (FIT + "gemm_bandwidth: [0.5]\n", "gemm_bandwidth"),
     ("classes: {gemm: {bandwidth: 0.5, compute: 0.5}}\n", "classes.gemm"),
     ("classes: {tensor: {bandwidth: 0.5, compute: 0.5, launch_us: 1}}\n", "classes.tensor"),
     ("classes: {gemm: {bandwidth: 0.5, compute: 0.5, launch_us: 1}}\n", "classes"),   # others missing

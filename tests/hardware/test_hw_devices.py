@@ -136,6 +136,8 @@ def test_missing_file_path():
     ("  idle_w: 141.0", "  idle_w: 500.0", "power", "idle_w <= standby_w <= active_w"),
     ("peak_bf16_tflops: 2250.0", "peak_bf16_tflops: -1.0", "peak_bf16_tflops", "must be > 0"),
     ("name: B200", "name: B300", "name", "must equal the file name"),
+    ("memory_technology: HBM3e", "memory_technology: LPDDR5X", "memory_technology", "HBM or GDDR"),
+    ("memory_technology: HBM3e", "memory_technology: 3", "memory_technology", "expected a string"),
     ("network: networks/B200_nvlink5_switch.yml", "network: networks/none.yml", "network",
      "not found"),
 ])
@@ -194,3 +196,17 @@ def test_tp_group_larger_than_node_is_a_config_error():
         load_device("RTX4090").network_for_tp(4)
     with pytest.raises(ConfigError):
         load_device("B200").network_for_tp(0)
+
+
+def test_memory_family_is_the_technology_prefix(b200_copy):
+    """Every shipped device names its DRAM technology; the family is its HBM / GDDR prefix, and a
+    file without the optional key has no family (a synthesis then uses the pooled fraction)."""
+    fams = {d: load_device(d).memory_family for d in ("A100", "B200", "H100", "H200", "MI300X",
+                                                       "L40S", "RTX4090", "RTXPRO6000")}
+    assert fams == {"A100": "HBM", "B200": "HBM", "H100": "HBM", "H200": "HBM", "MI300X": "HBM",
+                    "L40S": "GDDR", "RTX4090": "GDDR", "RTXPRO6000": "GDDR"}
+    assert load_device("B200").memory_technology == "HBM3e"
+    text = b200_copy.read_text()
+    b200_copy.write_text("\n".join(l for l in text.split("\n") if not l.startswith("memory_technology:")))
+    dev = load_device(str(b200_copy))
+    assert dev.memory_technology == "" and dev.memory_family == ""

@@ -82,10 +82,29 @@ def test_shipped_h100_regimes_follow_the_dispatch_and_h200_takes_them():
     assert 5.0 < regime_for(h100.regimes_for(8), 10 * 8192 * 2).us(10 * 8192 * 2) < 20.0
 
 
-def test_measurement_table_reads_and_every_h100_row_is_a_known_backend():
+def test_shipped_a100_regimes_follow_the_capability_8_dispatch():
+    """A100 (capability 8.0): custom all-reduce up to 8 MiB (1-stage / 2-stage by its kernel's
+    switch), NCCL above; fitted on sglang#2688's eager points only. A batch-1 decode all-reduce
+    of Llama-3.1-70B (one token: 16 KiB) costs what those points measure (12.1-14.2 us), not
+    the bandwidth-only NCCL model's fraction of a microsecond."""
+    a100 = load_overhead("A100")
+    for tp in (2, 4, 8):
+        bounds = [r.max_bytes for r in a100.regimes_for(tp)]
+        vllm = [b for _, b in VLLM_DISPATCH["8.0"][tp]]
+        assert bounds[0] == vllm[0] and bounds[-1] is None and set(bounds) <= set(vllm)
+    one_token = 8192 * 2
+    tp4 = regime_for(a100.regimes_for(4), one_token)
+    assert (tp4.latency_us, tp4.bandwidth_gbs) == (12.8, 106.79)
+    assert tp4.us(one_token) == pytest.approx(12.8 + one_token / 106.79e3, rel=1e-12)
+    tp8 = regime_for(a100.regimes_for(8), one_token)
+    assert (tp8.latency_us, tp8.bandwidth_gbs) == (14.0, 35.84)
+    assert 12.0 < tp8.us(one_token) < 14.5
+
+
+def test_measurement_table_reads_and_every_row_is_a_known_backend():
     pts = read_allreduce_table(hardware_dir() / "measurements" / "allreduce" / "allreduce.csv")
     known = {"ca_1stage", "ca_2stage", "pynccl", "pynccl-symm", "symm_mem_multimem", "symm_mem_two_shot"}
-    assert len(pts) == 128 and {p.backend for p in pts} <= known and all(p.us > 0 and p.bytes > 0 for p in pts)
+    assert len(pts) == 143 and {p.backend for p in pts} <= known and all(p.us > 0 and p.bytes > 0 for p in pts)
 
 
 @settings(max_examples=200, deadline=None)
