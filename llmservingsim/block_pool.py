@@ -185,8 +185,23 @@ class FreeBlockQueue:
     def popleft_n(self, n: int) -> list[KVBlock]:
         """The first ``n`` free blocks, taken out of the queue (the caller has checked that
         there are ``n``)."""
-        out: list[KVBlock] = []
         runs = self.runs
+        if n == 1:      # a decode's next block (most takes): the front run's front place, if live
+            run = runs[0]
+            if type(run) is _Run:
+                blocks, pos = run.blocks, run.pos
+                b = blocks[pos]
+                if b.free_run is run:
+                    pos += 1
+                    run.pos = pos
+                    run.live -= 1
+                    self._places -= 1
+                    self.num_free -= 1
+                    if pos == len(blocks):
+                        runs.popleft()
+                        run.blocks = []
+                    return [b]
+        out: list[KVBlock] = []
         places = self._places
         while len(out) < n:
             run = runs[0]
@@ -531,6 +546,26 @@ class BlockPool:
                 if setdefault(block_hash, block) is not block:
                     self.copies.setdefault(block_hash, []).append(block)
 
+    def cache_next_block(self, block: KVBlock, block_hash: int, memo: PrefixMemo, pos: int) -> None:
+        """``cache_blocks([block], [block_hash], memo, pos)`` for one block (a decode's
+        completed block: most publications), without the slices and the two loops."""
+        if not self.enable_caching:
+            return
+        if block.block_hash is None:
+            block.block_hash = block_hash
+            if self.cached.setdefault(block_hash, block) is not block:
+                self.copies.setdefault(block_hash, []).append(block)
+            elif memo.valid == pos:
+                block.memo = memo
+                block.memo_pos = pos
+                listed = memo.blocks
+                del listed[pos:]
+                listed.append(block)
+                memo.valid = pos + 1
+                return
+        if memo.valid == pos:
+            del memo.blocks[pos:]
+
     def memo_of(self, stream) -> PrefixMemo:
         """The stream's memo in this pool (created empty on first use)."""
         memos = stream.memos
@@ -609,6 +644,8 @@ class BlockPool:
         """Conservation checks used by tests (O(num_blocks))."""
         in_queue = set(self.free_queue.block_ids())
         assert len(in_queue) == self.free_queue.num_free
+        q = self.free_queue     # places: at or after each run's pos, live or empty (fresh runs have none)
+        assert q._places == sum(len(r.blocks) - r.pos for r in q.runs if type(r) is _Run), q._places
         memos = {}
         lazy: dict[int, int] = {}
         for blocks in self.lazy_pins.values():

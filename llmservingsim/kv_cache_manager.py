@@ -240,6 +240,10 @@ class KVCacheManager:
         blocks = self.req_blocks[rid]
         hi = min(n, len(blocks))
         pool = self.pool
+        if hi == done + 1:          # one block (a decode's): no slices
+            pool.cache_next_block(blocks[done], hashes[done], pool.memo_of(req.stream), done)
+            self.num_cached_blocks[rid] = hi
+            return
         pool.cache_blocks(blocks[done:hi], hashes[done:hi], pool.memo_of(req.stream), done)
         self.num_cached_blocks[rid] = hi
 

@@ -148,6 +148,8 @@ class Scheduler:
         skip_in_flight = self.skip_in_flight
         req_blocks = kv.req_blocks
         bs = kv.block_size
+        pool = kv.pool
+        free_queue = pool.free_queue
         # tallies of the decodes inlined below (SchedulerOutput); every other entry goes to
         # ``others`` and is tallied at the end
         nd = kv_sum = kv_max = 0
@@ -173,9 +175,19 @@ class Scheduler:
                 # return, inlined (a token completing its block publishes it); then _commit,
                 # inlined (the token reaches the known end, so the step samples).
                 held = req_blocks.get(req.request_id)
-                if held is not None and computed < len(held) * bs:
-                    if (computed + 1) % bs == 0:
+                if held is not None:
+                    cap = len(held) * bs
+                    if computed < cap:
+                        if (computed + 1) % bs == 0:
+                            kv.cache_blocks(req, min(computed + 1, req.num_tokens))
+                    elif computed == cap and free_queue.num_free:
+                        # its token opens a block and one is free: allocate_slots' one-block
+                        # path without reclaim, inlined (the same pop, then the same publish)
+                        held += pool.get_new_blocks(1)
                         kv.cache_blocks(req, min(computed + 1, req.num_tokens))
+                    else:
+                        held = None         # the general path (a reclaim, or a failure)
+                if held is not None:
                     req.num_computed_tokens = known
                     req.num_placeholders += 1
                     if spare:

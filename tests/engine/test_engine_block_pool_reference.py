@@ -162,3 +162,58 @@ def test_pool_matches_per_block_reference(chain_list, script):
             pool.unpin(blocks, drop_content=drop)
             ref.free_blocks([b.block_id for b in reversed(blocks)], drop, True)
         same_state(pool, ref)
+
+
+def pool_state(pool: BlockPool, streams: list) -> tuple:
+    """Everything a publication can change, memos included, by block id."""
+    ids = lambda bs: [b.block_id for b in bs]
+    memos = [(s.memos[pool].valid, ids(s.memos[pool].blocks)) if s.memos else None for s in streams]
+    return ([(b.block_hash, b.memo_pos if b.memo is not None else None) for b in pool.blocks],
+            {h: b.block_id for h, b in pool.cached.items()},
+            {h: ids(bs) for h, bs in pool.copies.items()}, memos)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chains, ops)
+def test_cache_next_block_is_cache_blocks_of_one(chain_list, script):
+    """``cache_next_block(b, h, memo, pos)`` leaves the pool exactly as ``cache_blocks([b],
+    [h], memo, pos)`` does: the same contents, primaries, copies and memos, whether the
+    block is new or published already, its hash cached already or not, and the memo's
+    listed prefix ending at ``pos`` or not (blocks are published one at a time from any
+    position of a request's blocks, in a random order, on two pools fed the same script)."""
+    pools = BlockPool(N), BlockPool(N)
+    streams = [[Stream(c) for c in chain_list] for _ in pools]
+    held: list = [[], []]
+    for op, pick, size in script:
+        for k, pool in enumerate(pools):
+            if op == "admit":
+                s = streams[k][pick % len(chain_list)]
+                new = min(size, len(s.hashes), pool.num_free)
+                blocks = pool.get_new_blocks(new)
+                memo = pool.memo_of(s)
+                for j in sorted(range(new), key=lambda j: (j * pick) % (new + 1)):
+                    if k == 0:
+                        pool.cache_blocks([blocks[j]], [s.hashes[j]], memo, j)
+                    else:
+                        pool.cache_next_block(blocks[j], s.hashes[j], memo, j)
+                held[k].append(blocks)
+            elif held[k]:
+                blocks = held[k].pop(pick % len(held[k]))
+                pool.free_blocks(reversed(blocks), drop_content=op == "drop")
+        assert pool_state(pools[0], streams[0]) == pool_state(pools[1], streams[1])
+        pools[1].check_invariants()
+
+
+def test_taking_one_block_skips_a_hit_at_the_front():
+    """A cache hit on the front free block leaves an empty place there: the next block
+    taken is the one behind it, then the rest in order (the one-block take's check)."""
+    pool = BlockPool(4)                         # the null block and three
+    a, b, c = pool.get_new_blocks(3)
+    pool.cache_blocks([a], [7])
+    pool.free_blocks([a, b, c])                 # one run: a, b, c
+    pool.touch([pool.get_cached_block(7)])      # a is hit: its place empties
+    assert [x.block_id for x in pool.get_new_blocks(1)] == [b.block_id]
+    pool.check_invariants()
+    assert [x.block_id for x in pool.get_new_blocks(1)] == [c.block_id]
+    assert pool.num_free == 0 and not pool.free_queue.runs
+    pool.check_invariants()
