@@ -16,6 +16,15 @@ Invariants
   the KV cache manager takes them with ``pin`` and drops them with ``free_blocks(...,
   pinned=True)``). ``entry_only`` is kept equal to the number of blocks with
   ``0 < entry_refs == ref_cnt``: what releasing every entry would free, without a walk.
+- An entry that pins blocks while no block has two references (``num_multi == 0``) holds
+  blocks only the finishing request held (``ref_cnt == 1``, ``entry_refs == 0``); it takes
+  them over *lazily*: they are listed in ``lazy_pins`` and counted in ``entry_only``, their
+  ``entry_refs`` left 0 (one entry reference each, not yet written). While listed, each
+  such block keeps ``ref_cnt == 1`` (the entry is its only holder): a second holder can only
+  come by ``touch`` (or ``hit_counts`` reads one), and a hit with ``ref_cnt > 0`` first
+  writes every lazy reference (``materialize``), as does a pinned ``free_blocks``. ``unpin``
+  of a still-lazy entry frees all its blocks without reading their counts. ``entry_refs_of``
+  gives the count with the lazy reference.
 - Blocks are created on first use (``FreeBlockQueue.fresh``): a pool costs O(1) until its
   blocks are needed, so idle instances of a large cluster cost almost nothing, with the same
   order and results as a pool whose blocks all exist from the start.
@@ -292,7 +301,7 @@ class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
     __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
-                 "null_block", "drop_epoch", "free_epoch", "entry_only")
+                 "null_block", "drop_epoch", "free_epoch", "entry_only", "num_multi", "lazy_pins")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -308,6 +317,8 @@ class BlockPool:
         self.drop_epoch = 0     # changes with every batch of content drops
         self.free_epoch = 0     # counts frees: a failed admission stays failed while unchanged
         self.entry_only = 0     # blocks only retained entries hold (0 < entry_refs == ref_cnt)
+        self.num_multi = 0      # blocks with ref_cnt >= 2
+        self.lazy_pins: dict[int, list[KVBlock]] = {}    # id(blocks) -> an entry's lazy blocks
 
     def _new_blocks(self, lo: int, hi: int) -> list[KVBlock]:
         """Blocks ``lo .. hi - 1``, created now unless ``blocks`` already did (the queue takes
@@ -373,23 +384,36 @@ class BlockPool:
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
         taken = 0
-        entry_only = 0
+        entry_only = multi = 0
+        lazy = self.lazy_pins
         for block in blocks:
             r = block.ref_cnt
             if r == 0:          # FreeBlockQueue.take, inlined (one pass over the hits)
                 block.free_run.live -= 1
                 block.free_run = None
                 taken += 1
-            elif r == block.entry_refs:     # held by entries alone until now
-                entry_only += 1
+            else:
+                if lazy:        # a second holder: lazy references become counts (clears it)
+                    self.materialize()
+                if r == 1:
+                    multi += 1
+                if r == block.entry_refs:       # held by entries alone until now
+                    entry_only += 1
             block.ref_cnt = r + 1
         self.free_queue.num_free -= taken
         self.entry_only -= entry_only
+        self.num_multi += multi
 
     def pin(self, blocks: Iterable[KVBlock]) -> None:
         """A retained entry takes over one reference of each block (``ref_cnt`` unchanged).
         The reference it takes over is not an entry's, so no block was entry-only before;
-        it is after iff every reference is now an entry's."""
+        it is after iff every reference is now an entry's. With no block referenced twice,
+        each of ``blocks`` (a list the entry keeps, released with ``unpin``) has one
+        reference, its request's: the entry takes them over lazily (see the invariants)."""
+        if not self.num_multi and type(blocks) is list:
+            self.lazy_pins[id(blocks)] = blocks
+            self.entry_only += len(blocks)
+            return
         delta = 0
         for block in blocks:
             e = block.entry_refs + 1
@@ -398,6 +422,38 @@ class BlockPool:
                 delta += 1
         self.entry_only += delta
 
+    def materialize(self) -> None:
+        """Write every lazy entry reference into ``entry_refs`` (``entry_only`` counts them
+        already)."""
+        for blocks in self.lazy_pins.values():
+            for block in blocks:
+                block.entry_refs += 1
+        self.lazy_pins.clear()
+
+    def entry_refs_of(self, block: KVBlock) -> int:
+        """``block``'s entry references, a lazy one included (checks and tests)."""
+        return block.entry_refs + sum(
+            1 for blocks in self.lazy_pins.values() for b in blocks if b is block)
+
+    def unpin(self, blocks: list[KVBlock], drop_content: bool = False) -> None:
+        """Release an entry's references to ``blocks`` (the list given to ``pin``), freeing
+        them tail first: ``free_blocks(reversed(blocks), drop_content, pinned=True)``. A
+        still-lazy entry is the only holder of each block, so all of them are freed, as one
+        run at the back."""
+        if drop_content or self.lazy_pins.get(id(blocks)) is not blocks:
+            self.free_blocks(reversed(blocks), drop_content, pinned=True)
+            return
+        del self.lazy_pins[id(blocks)]
+        self.free_epoch += 1
+        self.entry_only -= len(blocks)
+        queue = self.free_queue
+        run = queue.open_run()
+        freed = run.blocks = blocks[::-1]
+        for block in freed:
+            block.ref_cnt = 0
+            block.free_run = run
+        queue.close_run(run)
+
     def free_blocks(self, ordered: Iterable[KVBlock], drop_content: bool = False,
                     pinned: bool = False) -> None:
         """Drop one reference from each block, in the given (eviction) order; ``pinned``:
@@ -405,6 +461,8 @@ class BlockPool:
         in that order, or, with ``drop_content``, those that had content its front (the
         last freed first, as one ``appendleft`` each would place them)."""
         self.free_epoch += 1
+        if pinned and self.lazy_pins:
+            self.materialize()
         if drop_content:        # queued below, once it is known which keep content
             freed = []
             queue = run = None
@@ -415,6 +473,7 @@ class BlockPool:
         if pinned:
             # a block the entry held last was entry-only (ref_cnt == entry_refs == 1); one
             # that stays held changes ref_cnt and entry_refs alike, so stays what it was
+            multi = 0
             for block in ordered:
                 r = block.ref_cnt - 1
                 block.ref_cnt = r
@@ -422,18 +481,25 @@ class BlockPool:
                 if not r:
                     freed.append(block)
                     block.free_run = run
+                elif r == 1:
+                    multi += 1
             self.entry_only -= len(freed)
+            self.num_multi -= multi
         else:
-            delta = 0
+            delta = multi = 0
             for block in ordered:
                 r = block.ref_cnt - 1
                 block.ref_cnt = r
                 if not r:
                     freed.append(block)
                     block.free_run = run
-                elif r == block.entry_refs:     # entries alone hold it now
-                    delta += 1
+                else:
+                    if r == 1:
+                        multi += 1
+                    if r == block.entry_refs:   # entries alone hold it now (none lazily:
+                        delta += 1              # a lazy block has no second holder)
             self.entry_only += delta
+            self.num_multi -= multi
         if queue is not None:
             queue.close_run(run)
             return
@@ -581,15 +647,22 @@ class BlockPool:
         q = self.free_queue     # places: at or after each run's pos, live or empty (fresh runs have none)
         assert q._places == sum(len(r.blocks) - r.pos for r in q.runs if type(r) is _Run), q._places
         memos = {}
+        lazy: dict[int, int] = {}
+        for blocks in self.lazy_pins.values():
+            for b in blocks:
+                assert b.ref_cnt == 1 and b.entry_refs == 0 and b.block_id not in lazy, b
+                lazy[b.block_id] = 1
+        assert self.num_multi == sum(1 for b in self.blocks[1:] if b.ref_cnt >= 2)
         for b in self.blocks[1:]:
             assert b.ref_cnt >= 0, b
-            assert 0 <= b.entry_refs <= b.ref_cnt, b
+            assert 0 <= b.entry_refs + lazy.get(b.block_id, 0) <= b.ref_cnt, b
             assert (b.ref_cnt == 0) == (b.block_id in in_queue), b
             if b.block_hash is not None:
                 assert self.cached.get(b.block_hash) is b or b in self.copies.get(b.block_hash, ()), b
             if b.memo is not None:
                 memos[id(b.memo)] = b.memo
-        assert self.entry_only == sum(1 for b in self.blocks[1:] if 0 < b.entry_refs == b.ref_cnt)
+        assert self.entry_only == sum(1 for b in self.blocks[1:]
+                                      if 0 < b.entry_refs + lazy.get(b.block_id, 0) == b.ref_cnt)
         for h, b in self.cached.items():
             assert b.block_hash == h
         for h, bs in self.copies.items():

@@ -40,16 +40,21 @@ def num_evictable(hits: list[KVBlock]) -> int:
     return len([b for b in hits if not b.ref_cnt])
 
 
-def hit_counts(hits: list[KVBlock]) -> tuple[int, int]:
+def hit_counts(hits: list[KVBlock], pool: BlockPool) -> tuple[int, int]:
     """(evictable, entry-held): the hits no one references, and those only retained entries
-    reference (released with the entries, they become evictable too). One pass."""
+    reference (released with the entries, they become evictable too). One pass; a
+    referenced hit first has the pool's lazy entry references written."""
     evictable = entry_held = 0
+    lazy = pool.lazy_pins
     for b in hits:
         r = b.ref_cnt
         if not r:
             evictable += 1
-        elif r == b.entry_refs:
-            entry_held += 1
+        else:
+            if lazy:        # (materialize clears it)
+                pool.materialize()
+            if r == b.entry_refs:
+                entry_held += 1
     return evictable, entry_held
 
 
@@ -164,7 +169,7 @@ class KVCacheManager:
         free = self.pool.num_free
         if need + len(hits) <= free:    # only otherwise can the evictable hits matter
             return True
-        return self._fits(need, *hit_counts(hits), free)
+        return self._fits(need, *hit_counts(hits, self.pool), free)
 
     def _fits(self, need: int, evictable: int, entry_held: int, free: int) -> bool:
         """Whether ``need`` new blocks plus the ``evictable`` hits fit in the free blocks,
@@ -198,7 +203,7 @@ class KVCacheManager:
         free = self.pool.num_free
         if num_new_blocks + len(hits) > free:
             # reclaim only if it will succeed: a failed allocation touches nothing
-            evictable, entry_held = hit_counts(hits)
+            evictable, entry_held = hit_counts(hits, self.pool)
             if not self._fits(num_new_blocks, evictable, entry_held, free):
                 return False
             if num_new_blocks + evictable > free:
@@ -296,7 +301,7 @@ class KVCacheManager:
                 self.pool.pin(blocks[k:])
             else:
                 self.pool.pin(blocks)
-                self.pool.free_blocks(reversed(old.blocks), pinned=True)
+                self.pool.unpin(old.blocks)
         self._report(req.owner, req.num_tokens, True, now_ns)
         return self._entry_seq
 
@@ -327,7 +332,7 @@ class KVCacheManager:
             return False
         self._cancel_expiry(entry)
         self.entry_epoch += 1
-        self.pool.free_blocks(reversed(entry.blocks), drop_content, pinned=True)
+        self.pool.unpin(entry.blocks, drop_content)
         self._report(owner, 0, False, self._clock())
         return True
 
@@ -378,6 +383,8 @@ class KVCacheManager:
             for b in e.blocks:
                 holders[b.block_id] = holders.get(b.block_id, 0) + 1
                 pinned[b.block_id] = pinned.get(b.block_id, 0) + 1
+        lazy = {b.block_id for blocks in self.pool.lazy_pins.values() for b in blocks}
         for b in self.pool.blocks[1:]:
             assert b.ref_cnt == holders.get(b.block_id, 0), (b, holders.get(b.block_id, 0))
-            assert b.entry_refs == pinned.get(b.block_id, 0), (b, pinned.get(b.block_id, 0))
+            refs = b.entry_refs + (b.block_id in lazy)
+            assert refs == pinned.get(b.block_id, 0), (b, pinned.get(b.block_id, 0))

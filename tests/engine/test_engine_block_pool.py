@@ -171,3 +171,38 @@ def test_free_queue_matches_a_list_model(ops, slack):
         assert q._places <= 2 * len(blocks) + slack     # empty places stay O(blocks)
         for run in q.runs:                              # the no-empty-place test is exact
             assert run.live == sum(b.free_run is run for b in run.blocks[run.pos:])
+
+
+def test_exclusive_entry_pins_lazily_and_a_second_holder_writes_it():
+    """A request's blocks, referenced by it alone, are taken over by an entry without a write
+    per block; a hit on one of them by another request (or a shared block anywhere) makes
+    the counts explicit, with the same values as an eager pin."""
+    pool = BlockPool(8)
+    a = pool.get_new_blocks(3)                      # blocks 1, 2, 3: one reference each
+    assert pool.num_multi == 0
+    pool.pin(a)
+    assert pool.lazy_pins == {id(a): a} and [b.entry_refs for b in a] == [0, 0, 0]
+    assert [pool.entry_refs_of(b) for b in a] == [1, 1, 1] and pool.entry_only == 3
+    pool.check_invariants()
+    pool.touch(a[:2])                               # another request hits two of them
+    assert pool.lazy_pins == {} and [b.entry_refs for b in a] == [1, 1, 1]
+    assert [b.ref_cnt for b in a] == [2, 2, 1] and pool.entry_only == 1 and pool.num_multi == 2
+    b = pool.get_new_blocks(1)                      # shared blocks exist: pinned eagerly
+    pool.pin(b)
+    assert pool.lazy_pins == {} and b[0].entry_refs == 1 and pool.entry_only == 2
+    pool.unpin(a)                                   # not lazy any more: the per-block release
+    assert [x.ref_cnt for x in a] == [1, 1, 0] and pool.num_multi == 0 and pool.entry_only == 1
+    assert pool.free_queue.block_ids()[-1] == 3
+    pool.check_invariants()
+
+
+def test_lazy_entry_release_frees_tail_first_as_one_run():
+    pool = BlockPool(8)
+    a = pool.get_new_blocks(3)
+    pool.pin(a)
+    before = pool.free_epoch
+    pool.unpin(a)
+    assert pool.free_queue.block_ids() == [4, 5, 6, 7, 3, 2, 1] and pool.free_epoch == before + 1
+    assert pool.entry_only == 0 and pool.lazy_pins == {} and [b.ref_cnt for b in a] == [0, 0, 0]
+    assert len(pool.free_queue.runs[-1].blocks) == 3
+    pool.check_invariants()

@@ -103,7 +103,7 @@ def same_state(pool: BlockPool, ref: RefPool) -> None:
     blocks = pool.blocks
     assert pool.free_queue.block_ids() == ref.free
     assert [b.ref_cnt for b in blocks] == ref.ref
-    assert [b.entry_refs for b in blocks] == ref.entry
+    assert [pool.entry_refs_of(b) for b in blocks] == ref.entry
     assert [b.block_hash for b in blocks] == ref.hash
     assert {h: b.block_id for h, b in pool.cached.items()} == ref.cached
     assert {h: [b.block_id for b in bs] for h, bs in pool.copies.items()} == ref.copies
@@ -159,7 +159,7 @@ def test_pool_matches_per_block_reference(chain_list, script):
         elif op == "release" and entries:
             blocks = entries.pop(pick % len(entries))
             drop = size % 2 == 1
-            pool.free_blocks(reversed(blocks), drop_content=drop, pinned=True)
+            pool.unpin(blocks, drop_content=drop)
             ref.free_blocks([b.block_id for b in reversed(blocks)], drop, True)
         same_state(pool, ref)
 
