@@ -404,6 +404,23 @@ class BlockPool:
         self.entry_only -= entry_only
         self.num_multi += multi
 
+    def hit_counts(self, hits: list[KVBlock]) -> tuple[int, int]:
+        """(evictable, entry-held): the hits no one references, and those only retained entries
+        reference (released with the entries, they become evictable too). One pass; a
+        referenced hit first has the lazy entry references written (``materialize``)."""
+        evictable = entry_held = 0
+        lazy = self.lazy_pins
+        for b in hits:
+            r = b.ref_cnt
+            if not r:
+                evictable += 1
+            else:
+                if lazy:        # (materialize clears it)
+                    self.materialize()
+                if r == b.entry_refs:
+                    entry_held += 1
+        return evictable, entry_held
+
     def pin(self, blocks: Iterable[KVBlock]) -> None:
         """A retained entry takes over one reference of each block (``ref_cnt`` unchanged).
         The reference it takes over is not an entry's, so no block was entry-only before;

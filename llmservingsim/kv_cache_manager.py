@@ -40,24 +40,6 @@ def num_evictable(hits: list[KVBlock]) -> int:
     return len([b for b in hits if not b.ref_cnt])
 
 
-def hit_counts(hits: list[KVBlock], pool: BlockPool) -> tuple[int, int]:
-    """(evictable, entry-held): the hits no one references, and those only retained entries
-    reference (released with the entries, they become evictable too). One pass; a
-    referenced hit first has the pool's lazy entry references written."""
-    evictable = entry_held = 0
-    lazy = pool.lazy_pins
-    for b in hits:
-        r = b.ref_cnt
-        if not r:
-            evictable += 1
-        else:
-            if lazy:        # (materialize clears it)
-                pool.materialize()
-            if r == b.entry_refs:
-                entry_held += 1
-    return evictable, entry_held
-
-
 @dataclass(slots=True)
 class KVEntry:
     """A program's retained KV (only mutated by KVCacheManager)."""
@@ -169,13 +151,13 @@ class KVCacheManager:
         free = self.pool.num_free
         if need + len(hits) <= free:    # only otherwise can the evictable hits matter
             return True
-        return self._fits(need, *hit_counts(hits, self.pool), free)
+        return self._fits(need, *self.pool.hit_counts(hits), free)
 
     def _fits(self, need: int, evictable: int, entry_held: int, free: int) -> bool:
         """Whether ``need`` new blocks plus the ``evictable`` hits fit in the free blocks,
         or would once every entry were released (what ``_reclaim`` can do: releasing entries
         frees exactly the blocks only entries hold, the pool's ``entry_only``, and such an
-        ``entry_held`` hit becomes evictable too; the counts are ``hit_counts``). Each freed
+        ``entry_held`` hit becomes evictable too; the counts are ``BlockPool.hit_counts``). Each freed
         block raises the free count and a freed hit raises the need as well, so free - need
         never falls as entries go: the answer does not depend on their order (no eviction key
         is evaluated)."""
@@ -203,7 +185,7 @@ class KVCacheManager:
         free = self.pool.num_free
         if num_new_blocks + len(hits) > free:
             # reclaim only if it will succeed: a failed allocation touches nothing
-            evictable, entry_held = hit_counts(hits, self.pool)
+            evictable, entry_held = self.pool.hit_counts(hits)
             if not self._fits(num_new_blocks, evictable, entry_held, free):
                 return False
             if num_new_blocks + evictable > free:
