@@ -79,7 +79,7 @@ def simulate(device: str, model: str, tp: int, inputs: list, outputs: list, out:
     rows = [dict(zip(head, line.split(","))) for line in calls[1:]]
     # vLLM's benchmark: TPOT = (latency - TTFT) / (output - 1) over requests with output > 1
     tpots = [float(r["tpot_s"]) * 1e3 for r in rows if int(r["output_tokens"]) > 1]
-    steps = list(csv.DictReader((out / "steps.csv").open()))
+    steps = list(csv.DictReader((out / "steps.csv").read_text().splitlines()))
     last_shared = max(i for i, r in enumerate(steps) if int(r["decodes"]) > 1)
     alone = [float(r["duration_s"]) * 1e3 for r in steps[last_shared + 1:]]
     return {"batch1_step_ms": statistics.median(alone), "duration_s": s["makespan_s"], "output_tok_s": sum(outputs) / s["makespan_s"],
