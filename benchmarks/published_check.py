@@ -12,7 +12,7 @@ Source: LambdaLabsML/vllm-benchmark, ``results/prompt_10/<N>x{H100,A100}-80GB-SX
 benchmark_serving.py, 10 ShareGPT prompts at request rate inf, vLLM 0.5/0.6 docker image with
 multi-step scheduling: 10 tokens per streamed chunk, September 2024):
 ``Meta-Llama-3-8B-Instruct_tp1_len2048.json``, ``Meta-Llama-3-70B-Instruct_tp{4,8}_len2048.json`` and
-(H100 only) ``Meta-Llama-3-8B-Instruct_tp8_len2048.json``.
+``Meta-Llama-3-8B-Instruct_tp8_len2048.json``.
 Llama-3-8B / -70B have the shapes of Llama-3.1-8B / -70B (the simulation uses the 3.1 configs).
 In the 70B runs two prompts (399 and 328 tokens) came back with empty text (``output_lens`` 0,
 TTFT 0, no error): the server prefilled them with the others and sampled a token whose text is
@@ -67,12 +67,15 @@ CASES = [
     ("H100", "meta-llama/Llama-3.1-8B", 8, LAMBDA_H100, [120, 425, 233, 194, 101, 741, 9, 3, 6, 31],
      {"duration_s": 2.3290, "output_tok_s": 799.91, "mean_ttft_ms": 56.097, "median_tpot_ms": 3.2602,
       "mean_tpot_ms": 3.4518}),
+    ("A100", "meta-llama/Llama-3.1-8B", 8, LAMBDA_A100, [120, 425, 233, 194, 101, 741, 9, 3, 6, 38],
+     {"duration_s": 2.9695, "output_tok_s": 629.73, "mean_ttft_ms": 82.971, "median_tpot_ms": 4.5510,
+      "mean_tpot_ms": 5.1240}),
 ]
 
 # case index in CASES -> (chunks the longest request ran alone, median chunk ITL / 10 in ms),
 # read from the same JSON files' ``itls`` (request 5, the 741-token one)
 BATCH1 = {0: (31, 7.051), 1: (23, 11.418), 2: (8, 17.034), 3: (11, 11.225), 4: (1, 27.644), 5: (3, 16.453),
-          6: (31, 2.923)}
+          6: (31, 2.923), 7: (31, 3.585)}
 
 
 def simulate(device: str, model: str, tp: int, inputs: list, outputs: list, out: Path) -> dict:
