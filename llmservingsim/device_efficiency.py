@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .errors import ProfileError, iter_lines, load_yaml
+from .errors import ProfileError, finite_number, iter_lines, load_yaml
 from .hardware import MEMORY_FAMILIES, Device, load_device
 from .model_config import ModelSpec, load_model
 from .op_cost import (Roofline, Work, attention_work, dense_work, fit_roofline, moe_work, op_class,
@@ -377,7 +377,7 @@ def load_fit(path: Optional[Path] = None) -> EfficiencyFit:
         if c not in CLASSES:
             raise ProfileError(f"unknown class (expected one of {', '.join(CLASSES)})", file=str(path), key=f"classes.{c}")
         ok = isinstance(v, dict) and set(v) == {"bandwidth", "compute", "launch_us"} and all(
-            isinstance(v[k], (int, float)) and not isinstance(v[k], bool) and math.isfinite(v[k]) for k in v)
+            finite_number(v[k]) for k in v)
         if not ok or not (0 < v["bandwidth"] <= 1 and 0 < v["compute"] <= 1 and v["launch_us"] >= 0):
             raise ProfileError("must be {bandwidth: (0, 1], compute: (0, 1], launch_us: >= 0}", file=str(path),
                                key=f"classes.{c}")
@@ -389,7 +389,7 @@ def load_fit(path: Optional[Path] = None) -> EfficiencyFit:
     if not isinstance(fams, dict):
         raise ProfileError("must be a mapping of memory family to a fraction", file=str(path), key="gemm_bandwidth")
     for f, b in fams.items():
-        if f not in MEMORY_FAMILIES or not isinstance(b, (int, float)) or isinstance(b, bool) or not 0 < b <= 1:
+        if f not in MEMORY_FAMILIES or not finite_number(b) or not 0 < b <= 1:
             raise ProfileError(f"must map {' or '.join(MEMORY_FAMILIES)} to a fraction in (0, 1]", file=str(path),
                                key=f"gemm_bandwidth.{f}")
     fit = EfficiencyFit(classes, tuple(raw.get("fitted_on") or ()), {f: float(b) for f, b in fams.items()})

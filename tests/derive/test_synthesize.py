@@ -205,6 +205,7 @@ def test_the_family_bandwidth_is_the_fit_of_that_familys_rows_alone():
     (FIT + "gemm_bandwidth: {DDR: 0.5}\n", "gemm_bandwidth.DDR"),
     (FIT + "gemm_bandwidth: [0.5]\n", "gemm_bandwidth"),
     ("classes: {gemm: {bandwidth: 0.5, compute: 0.5}}\n", "classes.gemm"),
+    ("classes: {gemm: {bandwidth: 0.5, compute: 0.5, launch_us: 1" + "0" * 400 + "}}\n", "classes.gemm"),  # beyond float
     ("classes: {tensor: {bandwidth: 0.5, compute: 0.5, launch_us: 1}}\n", "classes.tensor"),
     ("classes: {gemm: {bandwidth: 0.5, compute: 0.5, launch_us: 1}}\n", "classes"),   # others missing
     ("[1, 2]\n", "classes"),
