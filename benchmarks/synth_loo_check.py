@@ -95,7 +95,8 @@ def table_folds(bundles: list[tuple], tables: list) -> list[str]:
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for held in tables:
         fit = fit_efficiency(bundles, tables=[t for t in tables if t.fit and t.device != held.device])
-        roof = fit.rooflines(load_device(held.device))["gemm"]
+        dev = load_device(held.device)
+        roof = fit.for_device("gemm", dev).roofline(dev)
         err, mem = [], []
         for _key, _c, _op, w, t in table_samples(held.path):
             err.append(roof.time_us(w) / t - 1)
@@ -140,9 +141,9 @@ def main(argv=None) -> int:
     print("| held-out device | " + " | ".join(f"{c} (bw / F / launch µs)" for c in CLASSES) + " |")
     print("|---|" + "---:|" * len(CLASSES))
     for held, fit in folds:
-        cells = []
+        cells, dev = [], load_device(held)
         for c in CLASSES:
-            e = fit.for_device(c, load_device(held))
+            e = fit.for_device(c, dev)
             cells.append(f"{e.bandwidth:.3f} / {e.compute:.3f} / {e.launch_us:.2f}" + ("" if c in fit.classes else " (gemm)"))
         print(f"| {held} | " + " | ".join(cells) + " |")
     print()
