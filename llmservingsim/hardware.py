@@ -54,7 +54,8 @@ _OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT, "host_link": "mapping"
 # synthesis prices FLOPs at ``Device.compute_tflops`` (device_efficiency).
 _CLOCK_KEYS = ("boost_clock_mhz", "sustained_clock_mhz")
 # Optional: the DRAM technology on the datasheet ("HBM3e", "GDDR7", ...). Its family (HBM or
-# GDDR) selects the GEMM bandwidth fraction a datasheet synthesis uses (device_efficiency).
+# GDDR) selects the GEMM bandwidth fraction and the elementwise fixed cost a datasheet synthesis
+# uses (device_efficiency).
 MEMORY_FAMILIES = ("HBM", "GDDR")
 # Optional: one GPU's copy-engine path to host DRAM, the default link of a kv_tiers CPU tier
 # (llmservingsim/kv_tiers.py): measured host-to-device / device-to-host GB/s and a latency.
