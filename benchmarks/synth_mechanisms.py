@@ -239,15 +239,15 @@ def candidates(bundles):
     def two(ratio):
         def f(train, all_):
             base = pooled_fit(train)
-            return TwoRegimeFit(base.classes, base.fitted_on, {},
-                                pooled_fit(train, adjust=regime(ratio, "mem")).classes["gemm"],
-                                pooled_fit(train, adjust=regime(ratio, "cmp")).classes["gemm"])
+            return TwoRegimeFit(base.classes, base.fitted_on,
+                                gemm_mem=pooled_fit(train, adjust=regime(ratio, "mem")).classes["gemm"],
+                                gemm_cmp=pooled_fit(train, adjust=regime(ratio, "cmp")).classes["gemm"])
         return f
 
     def cycles(clock):
         def f(train, all_):
             base = pooled_fit(train, adjust=in_cycles(clock))
-            return CycleFit(base.classes, base.fitted_on, {}, clock)
+            return CycleFit(base.classes, base.fitted_on, clock=clock)
         return f
     return [
         ("shipped model", lambda train, all_: pooled_fit(train)),
