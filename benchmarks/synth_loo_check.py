@@ -85,25 +85,30 @@ def fold_errors(held: str, fit, bundles: list[tuple], tmp: Path):
                np.array([ps.compute_us(s) / pm.compute_us(s) - 1 for s in pre]))
 
 
+def _pct_or_na(x) -> str:
+    """``_pct``, or "n/a" for no rows (an elementwise table has no compute-bound row)."""
+    return _pct(x) if len(x) else "n/a"
+
+
 def table_folds(bundles: list[tuple], tables: list) -> list[str]:
-    """Op-level leave-one-device-out on the public op tables: the GEMM class fitted on every
+    """Op-level leave-one-device-out on the public op tables: each row's class fitted on every
     measured bundle and every *other* fitted table, priced on the held-out table's device
     from its datasheet numbers, against each row (|predicted / measured - 1| per row; a
     table not read by the shipped fit is held out of every fit anyway)."""
-    lines = ["| held-out table | device | read by the shipped fit | GEMM rows | memory-bound rows: median / p90 % | "
+    lines = ["| held-out table | device | read by the shipped fit | rows | memory-bound rows: median / p90 % | "
              "compute-bound rows: median / p90 % | all rows: median / p90 % | signed median % |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for held in tables:
         fit = fit_efficiency(bundles, tables=[t for t in tables if t.fit and t.device != held.device])
         dev = load_device(held.device)
-        roof = fit.for_device("gemm", dev).roofline(dev)
         err, mem = [], []
-        for _key, _c, _op, w, t in table_samples(held.path):
+        for _key, c, _op, w, t in table_samples(held.path):
+            roof = fit.for_device(c, dev).roofline(dev)
             err.append(roof.time_us(w) / t - 1)
             mem.append(w.bytes / (roof.bandwidth_gbs * 1e3) >= w.flops / (roof.tflops * 1e6))
         err, mem = np.array(err), np.array(mem)
         lines.append(f"| {held.path.name} | {held.device} | {'yes' if held.fit else 'no'} | {len(err)} | "
-                     f"{_pct(abs(err[mem]))} | {_pct(abs(err[~mem]))} | {_pct(abs(err))} | {100 * np.median(err):+.1f} |")
+                     f"{_pct_or_na(abs(err[mem]))} | {_pct_or_na(abs(err[~mem]))} | {_pct(abs(err))} | {100 * np.median(err):+.1f} |")
     return lines
 
 

@@ -6,7 +6,8 @@ peaks scaled by efficiencies that belong to the op class, not to the device:
     t(op) = launch_c + max(bytes / (eta_bw_c * BW_peak), FLOPs / (eta_f_c * F_peak))
 
 ``c`` is the op's class (``CLASSES``), ``BW_peak`` and ``F_peak`` the device file's
-``memory_bandwidth_gbs`` and ``peak_bf16_tflops``, bytes and FLOPs the op's work on one rank
+``memory_bandwidth_gbs`` and ``peak_bf16_tflops`` (the latter scaled to the SM clock the part
+holds under load where the file gives one: ``Device.compute_tflops``), bytes and FLOPs the op's work on one rank
 (llmservingsim/op_cost.py). Read as an efficiency curve over problem size, the achieved
 fraction of the peak a class reaches on work ``w`` is
 
@@ -18,7 +19,9 @@ the asymptote ``eta_c`` and large ones approach it: a half-efficiency size of
 flight, whose latency is ``launch_c``). Three numbers per class, shared by every device:
 that is what lets a new device use them (docs/datasheet-synthesis.md). One exception: the
 ``gemm`` bandwidth fraction is also fitted per memory family (HBM, GDDR: the device file's
-``memory_technology``), and a device of a known family uses its family's value.
+``memory_technology``), and a device of a known family uses its family's value; so is the
+``elementwise`` class's fixed cost (its launch term alone, bandwidth and compute pooled:
+``elementwise_launch_by_family``).
 
 Invariants: every efficiency is in [0.01, 1] and every launch term >= 0 (op_cost.fit_roofline's
 bounds), so a synthesized time is > 0 and never faster than the datasheet roofline; the fit
@@ -44,7 +47,7 @@ from typing import Callable, Iterable, Optional
 from .errors import ProfileError, finite_number, iter_lines, load_yaml
 from .hardware import MEMORY_FAMILIES, Device, load_device
 from .model_config import ModelSpec, load_model
-from .op_cost import (Roofline, Work, attention_work, dense_work, fit_roofline, moe_work, op_class,
+from .op_cost import (Roofline, Work, attention_work, dense_work, fit_launch, fit_roofline, moe_work, op_class,
                       per_sequence_work, size_weights)
 from .paths import hardware_dir, profiles_dir
 
@@ -59,19 +62,23 @@ OPS_DIR = "efficiency/ops"          # public op tables and their manifest (table
 # An op table holds the projection GEMMs only: the kernels (cuBLAS) are the library's, not a
 # framework's, so a measurement outside vLLM times what vLLM runs (hardware/efficiency/ops/README.md).
 TABLE_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+# vLLM's own elementwise kernels (rms_norm, rotary_embedding, silu_and_mul), timed inside vLLM:
+# a table of them is a vLLM profile too (hardware/efficiency/ops/README.md).
+TABLE_ELEMENTWISE_OPS = ("layernorm", "final_layernorm", "rotary_emb", "act_fn")
 TABLE_COLUMNS = ("model", "hidden", "heads", "kv_heads", "intermediate", "tp", "layer", "tokens", "time_us")
 
 
 @dataclass(frozen=True, slots=True)
 class Efficiency:
-    """One class's fitted terms: fractions of the datasheet bandwidth and BF16 peak, and a
+    """One class's fitted terms: fractions of the datasheet bandwidth and BF16 peak (the peak at
+    the device's sustained clock where its file gives one: ``Device.compute_tflops``), and a
     fixed cost in µs."""
     bandwidth: float
     compute: float
     launch_us: float
 
     def roofline(self, device: Device) -> Roofline:
-        return Roofline(self.bandwidth * device.memory_bandwidth_gbs, self.compute * device.peak_bf16_tflops,
+        return Roofline(self.bandwidth * device.memory_bandwidth_gbs, self.compute * device.compute_tflops,
                         self.launch_us)
 
 
@@ -85,16 +92,19 @@ class EfficiencyFit:
     classes: dict
     fitted_on: tuple
     gemm_bandwidth: dict = field(default_factory=dict)
+    elementwise_launch: dict = field(default_factory=dict)   # family -> launch µs (pooled terms else)
 
     def for_class(self, c: str) -> Efficiency:
         return self.classes[c] if c in self.classes else self.classes[FALLBACK[c]]
 
     def for_device(self, c: str, device: Device) -> Efficiency:
         """Class ``c``'s terms on ``device``: ``for_class``, with the GEMM bandwidth fraction
-        of the device's memory family."""
+        and the elementwise fixed cost of the device's memory family (where the fit has one)."""
         e = self.for_class(c)
         if c == "gemm" and device.memory_family in self.gemm_bandwidth:
             e = replace(e, bandwidth=self.gemm_bandwidth[device.memory_family])
+        if c == "elementwise" and device.memory_family in self.elementwise_launch:
+            e = replace(e, launch_us=self.elementwise_launch[device.memory_family])
         return e
 
     def rooflines(self, device: Device) -> dict:
@@ -241,15 +251,16 @@ def table_samples(path: Path) -> Iterable[tuple[tuple, str, str, Work, float]]:
         if min(shape) < 1 or shape[0] % shape[1] or tp < 1 or tokens < 1 or not (math.isfinite(t) and t > 0):
             raise ProfileError("shapes, tp and tokens must be positive integers (hidden a multiple of heads), "
                                "time_us a positive number", file=str(path), line=n)
-        if r["layer"] not in TABLE_OPS:
-            raise ProfileError(f"layer must be one of {', '.join(TABLE_OPS)}", file=str(path), line=n, key="layer")
+        if r["layer"] not in TABLE_OPS + TABLE_ELEMENTWISE_OPS:
+            raise ProfileError(f"layer must be one of {', '.join(TABLE_OPS + TABLE_ELEMENTWISE_OPS)}", file=str(path),
+                               line=n, key="layer")
         if (r["model"], shape) not in models:
             h, q, kv, inter = shape
             models[(r["model"], shape)] = ModelSpec(name=r["model"], hidden_size=h, num_layers=1, num_heads=q,
                                                     num_kv_heads=kv, head_dim=h // q, intermediate_size=inter,
                                                     vocab_size=1, max_model_len=1, tie_embeddings=False)
         model = models[(r["model"], shape)]
-        yield (r["model"], tp, r["layer"]), "gemm", r["layer"], dense_work(model, r["layer"], tokens, tp), t
+        yield (r["model"], tp, r["layer"]), op_synth_class(r["layer"]), r["layer"], dense_work(model, r["layer"], tokens, tp), t
 
 
 def fit_samples(bundles: list[tuple], root: Optional[Path] = None,
@@ -257,8 +268,9 @@ def fit_samples(bundles: list[tuple], root: Optional[Path] = None,
                 tables: Iterable[OpTable] = ()) -> dict:
     """class -> (keys, works, times): every row the fit reads, from the measured ``bundles``
     (hardware, model, tp) and the op ``tables``, each row's work expressed as its time at its
-    own device's datasheet peaks (``Work`` bytes at 1 GB/s, FLOPs at 1 TFLOP/s), so one
-    (bandwidth, compute) fraction fits every device; keys start with the device. ``adjust``
+    own device's datasheet peaks (``Work`` bytes at 1 GB/s, FLOPs at 1 TFLOP/s; the BF16 peak
+    at the sustained clock, ``Device.compute_tflops``), so one (bandwidth, compute) fraction
+    fits every device; keys start with the device. ``adjust``
     as in ``fit_efficiency``."""
     root = Path(root or profiles_dir())
     groups: dict = {}
@@ -266,7 +278,7 @@ def fit_samples(bundles: list[tuple], root: Optional[Path] = None,
     def add(dev: Device, key: tuple, c: str, w: Work, t: float) -> None:
         keys, works, times = groups.setdefault(c, ([], [], []))
         keys.append(key)
-        works.append(Work(w.bytes / dev.memory_bandwidth_gbs, w.flops / dev.peak_bf16_tflops))
+        works.append(Work(w.bytes / dev.memory_bandwidth_gbs, w.flops / dev.compute_tflops))
         times.append(t)
 
     for hw, name, tp in bundles:
@@ -321,7 +333,9 @@ def fit_efficiency(bundles: list[tuple], root: Optional[Path] = None,
         raise ProfileError("no measured bundle to fit device efficiencies on", file=str(root))
     return EfficiencyFit(classes, tuple(f"{hw} {m} tp{tp}" for hw, m, tp in bundles)
                          + tuple(f"{t.device} op table {t.path.name}" for t in tables),
-                         gemm_bandwidth_by_family(*groups["gemm"]))
+                         gemm_bandwidth_by_family(*groups["gemm"]),
+                         elementwise_launch_by_family(*groups["elementwise"], classes["elementwise"])
+                         if "elementwise" in groups else {})
 
 
 def gemm_bandwidth_by_family(keys: list, works: list, times: list) -> dict:
@@ -338,6 +352,21 @@ def gemm_bandwidth_by_family(keys: list, works: list, times: list) -> dict:
     return out
 
 
+def elementwise_launch_by_family(keys: list, works: list, times: list, pooled: Efficiency) -> dict:
+    """Memory family -> the elementwise fixed cost (µs) fitted on that family's devices' rows
+    alone, with the pooled bandwidth and compute fractions held (``op_cost.fit_launch``; the
+    rows are launch-dominated, so a family with a handful of them pins its launch and nothing
+    else). The small kernels of the HBM parts take 3-4 µs where the GDDR parts take 2."""
+    family = {d: load_device(d).memory_family for d in {k[0] for k in keys}}
+    out = {}
+    for f in sorted({f for f in family.values() if f}):
+        idx = [i for i, k in enumerate(keys) if family[k[0]] == f]
+        ks, ws = [keys[i] for i in idx], [works[i] for i in idx]
+        out[f] = round(fit_launch(ws, [times[i] for i in idx], pooled.bandwidth, pooled.compute,
+                                  device_weights(ks, ws)), 3)
+    return out
+
+
 def shipped_fit() -> EfficiencyFit:
     """What ``--write`` writes: every measured bundle and every op table marked ``fit``."""
     return fit_efficiency(measured_bundles(), tables=[t for t in op_tables() if t.fit])
@@ -346,7 +375,8 @@ def shipped_fit() -> EfficiencyFit:
 def fit_yaml(fit: EfficiencyFit) -> str:
     lines = ["# Device efficiencies per op class, shared by every device (llmservingsim/device_efficiency.py).",
              "# GENERATED by `python -m llmservingsim.device_efficiency --write`; do not edit.",
-             "# t = launch_us + max(bytes / (bandwidth * memory_bandwidth_gbs), FLOPs / (compute * peak_bf16_tflops))",
+             "# t = launch_us + max(bytes / (bandwidth * memory_bandwidth_gbs), FLOPs / (compute * peak_bf16_tflops'))",
+             "# (peak_bf16_tflops': the peak at the sustained clock where the device file gives one, Device.compute_tflops)",
              "# Method, data and fit quality: docs/datasheet-synthesis.md.",
              "fitted_on:  # the measured bundles (profiles/, no PROVENANCE.md) and op tables (efficiency/ops/) the fit read"]
     lines += [f"  - {b}" for b in fit.fitted_on]
@@ -357,6 +387,9 @@ def fit_yaml(fit: EfficiencyFit) -> str:
     if fit.gemm_bandwidth:
         lines.append("gemm_bandwidth:  # per memory family: the gemm bandwidth fitted on that family's devices alone")
         lines += [f"  {f}: {b}" for f, b in fit.gemm_bandwidth.items()]
+    if fit.elementwise_launch:
+        lines.append("elementwise_launch:  # per memory family: the elementwise launch_us fitted on that family's devices alone")
+        lines += [f"  {f}: {b}" for f, b in fit.elementwise_launch.items()]
     return "\n".join(lines) + "\n"
 
 
@@ -392,7 +425,15 @@ def load_fit(path: Optional[Path] = None) -> EfficiencyFit:
         if f not in MEMORY_FAMILIES or not finite_number(b) or not 0 < b <= 1:
             raise ProfileError(f"must map {' or '.join(MEMORY_FAMILIES)} to a fraction in (0, 1]", file=str(path),
                                key=f"gemm_bandwidth.{f}")
-    fit = EfficiencyFit(classes, tuple(raw.get("fitted_on") or ()), {f: float(b) for f, b in fams.items()})
+    launches = raw.get("elementwise_launch") or {}
+    if not isinstance(launches, dict):
+        raise ProfileError("must be a mapping of memory family to µs", file=str(path), key="elementwise_launch")
+    for f, b in launches.items():
+        if f not in MEMORY_FAMILIES or not finite_number(b) or b < 0:
+            raise ProfileError(f"must map {' or '.join(MEMORY_FAMILIES)} to a launch_us >= 0", file=str(path),
+                               key=f"elementwise_launch.{f}")
+    fit = EfficiencyFit(classes, tuple(raw.get("fitted_on") or ()), {f: float(b) for f, b in fams.items()},
+                        {f: float(b) for f, b in launches.items()})
     _LOADED[str(path)] = fit
     return fit
 

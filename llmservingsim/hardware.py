@@ -46,9 +46,16 @@ _DEVICE_KEYS = {
 # Optional: measured time of a tiny (4 KiB) all-reduce on 2 GPUs, i.e. the fixed cost of one
 # collective. Used only where the device has no fitted collective regimes for the TP size
 # (hardware/overhead/<device>.yaml; execution_graph.GraphCommModel).
-_OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT, "host_link": "mapping", "memory_technology": _STR}
+_OPTIONAL_DEVICE_KEYS = {"collective_latency_ns": _FLOAT, "host_link": "mapping", "memory_technology": _STR,
+                         "boost_clock_mhz": _FLOAT, "sustained_clock_mhz": _FLOAT}
+# Optional, together: the SM clock ``peak_bf16_tflops`` is stated at on the datasheet
+# (``boost_clock_mhz``) and the SM clock the part is measured to hold under load
+# (``sustained_clock_mhz``). Tensor throughput scales with the SM clock, so a datasheet
+# synthesis prices FLOPs at ``Device.compute_tflops`` (device_efficiency).
+_CLOCK_KEYS = ("boost_clock_mhz", "sustained_clock_mhz")
 # Optional: the DRAM technology on the datasheet ("HBM3e", "GDDR7", ...). Its family (HBM or
-# GDDR) selects the GEMM bandwidth fraction a datasheet synthesis uses (device_efficiency).
+# GDDR) selects the GEMM bandwidth fraction and the elementwise fixed cost a datasheet synthesis
+# uses (device_efficiency).
 MEMORY_FAMILIES = ("HBM", "GDDR")
 # Optional: one GPU's copy-engine path to host DRAM, the default link of a kv_tiers CPU tier
 # (llmservingsim/kv_tiers.py): measured host-to-device / device-to-host GB/s and a latency.
@@ -101,6 +108,8 @@ class Device:
     tp_non_torch_gib: float = 0.0    # non-torch memory the TP communicators add (memory_model)
     collective_latency_ns: float = 0.0
     memory_technology: str = ""      # datasheet DRAM technology; "" when the file does not say
+    boost_clock_mhz: float = 0.0     # SM clock of peak_bf16_tflops on the datasheet; 0 when not given
+    sustained_clock_mhz: float = 0.0 # SM clock measured under load; 0 when not given
     inter_node: Any = None           # inter_node.InterNode: the network between nodes (optional)
     host_link: Optional[Mapping[str, Any]] = field(default=None, compare=False)   # kind, h2d_gbs, d2h_gbs, latency_us
     _network: Mapping[str, tuple] = field(repr=False, compare=False, default_factory=dict)
@@ -110,6 +119,16 @@ class Device:
     def memory_family(self) -> str:
         """"HBM" or "GDDR" (the prefix of ``memory_technology``), "" when unknown."""
         return next((f for f in MEMORY_FAMILIES if self.memory_technology.startswith(f)), "")
+
+    @property
+    def compute_tflops(self) -> float:
+        """The BF16 tensor peak at the clock the part holds under load: ``peak_bf16_tflops``
+        x ``sustained_clock_mhz / boost_clock_mhz`` where the file gives both clocks, else
+        ``peak_bf16_tflops`` (tensor throughput per SM cycle is fixed, so it scales with the
+        clock). What a datasheet synthesis prices FLOPs at; the system JSON keeps the datasheet peak."""
+        if self.boost_clock_mhz and self.sustained_clock_mhz:
+            return self.peak_bf16_tflops * self.sustained_clock_mhz / self.boost_clock_mhz
+        return self.peak_bf16_tflops
 
     @property
     def tp_non_torch_bytes(self) -> int:
@@ -275,6 +294,13 @@ def _build_device(raw: Any, path: Path) -> Device:
                            file=str(path), key="memory_technology")
     if optional.get("collective_latency_ns", 0.0) < 0:
         raise ProfileError("must be >= 0", file=str(path), key="collective_latency_ns")
+    clocks = [k for k in _CLOCK_KEYS if k in optional]
+    if len(clocks) == 1:
+        other = next(k for k in _CLOCK_KEYS if k not in optional)
+        raise ProfileError(f"needs {other} too (the two clocks scale the BF16 peak together)",
+                           file=str(path), key=clocks[0])
+    for k in clocks:
+        _positive(optional[k], path, k)
     if v["name"] != path.stem:
         raise ProfileError(f"name '{v['name']}' must equal the file name '{path.stem}'",
                            file=str(path), key="name")
@@ -298,7 +324,8 @@ def _build_device(raw: Any, path: Path) -> Device:
                   cuda_memory_bytes=v["cuda_memory_bytes"], sm_count=v["sm_count"],
                   tp_non_torch_gib=v["tp_non_torch_gib"],
                   collective_latency_ns=optional.get("collective_latency_ns", 0.0),
-                  memory_technology=tech, inter_node=inter_node, host_link=_host_link(optional.get("host_link"), path),
+                  memory_technology=tech, boost_clock_mhz=optional.get("boost_clock_mhz", 0.0),
+                  sustained_clock_mhz=optional.get("sustained_clock_mhz", 0.0), inter_node=inter_node, host_link=_host_link(optional.get("host_link"), path),
                   _network=network, _system=system)
 
 

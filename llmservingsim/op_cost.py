@@ -312,3 +312,29 @@ def fit_roofline(works: Sequence[Work], times_us: Sequence[float], peak_bandwidt
         lo_l, hi_l = max(l0 - dl, 0.0), min(l0 + dl, float(t.min()) * 0.999)
     _, b0, f0, l0, _ = best
     return Roofline(peak_bandwidth_gbs * math.exp(b0), peak_tflops * math.exp(f0), l0)
+
+
+def fit_launch(works: Sequence[Work], times_us: Sequence[float], bandwidth: float, compute: float,
+               weights: Sequence[float] | None = None) -> float:
+    """The launch term (µs) that best fits ``times_us`` of ``works`` (expressed at 1 GB/s and
+    1 TFLOP/s, as ``fit_roofline`` with unit peaks reads them) when the bandwidth and compute
+    fractions are held at ``bandwidth`` and ``compute``: weighted least squares of
+    log(predicted / measured), launch between 0 and the smallest measured time (fit_roofline's
+    bounds). Deterministic: a 201-point grid, then the same grid around the best point, 4 times."""
+    import numpy as np
+    t = np.array(times_us, dtype=float)
+    if not len(t) or not np.all(t > 0):
+        raise ValueError("fit_launch needs at least one measured time, all > 0")
+    roof = np.maximum(np.array([w.bytes for w in works], dtype=float) / (bandwidth * 1e3),
+                      np.array([w.flops for w in works], dtype=float) / (compute * 1e6))
+    wt = np.ones_like(t) if weights is None else np.asarray(weights, dtype=float)
+    logt = np.log(t)
+    lo, hi = 0.0, float(t.min()) * 0.999
+    best = lo
+    for _round in range(4):
+        ls = np.linspace(lo, hi, 201)
+        sse = ((np.log(ls[:, None] + roof[None, :]) - logt[None, :]) ** 2 * wt[None, :]).sum(axis=1)
+        best = float(ls[int(np.argmin(sse))])
+        step = (hi - lo) / 200
+        lo, hi = max(best - step, 0.0), min(best + step, float(t.min()) * 0.999)
+    return best

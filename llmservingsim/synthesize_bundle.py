@@ -120,9 +120,12 @@ def synthesize(device: Device, model: ModelSpec, tp: int, out: Path, fit: Option
     (out / "PROVENANCE.md").write_text(
         f"# SYNTHESIZED bundle: {device.name} {model.name} bf16 tp{tp}\n\n"
         f"Not measured. Synthesized from datasheet: {device.name}'s memory_bandwidth_gbs "
-        f"{device.memory_bandwidth_gbs:g} GB/s and peak_bf16_tflops {device.peak_bf16_tflops:g} ({device.path.name}) "
+        f"{device.memory_bandwidth_gbs:g} GB/s and peak_bf16_tflops {device.peak_bf16_tflops:g} ({device.path.name}"
+        + (f"; FLOPs priced at the sustained clock, {device.sustained_clock_mhz:g} of the {device.boost_clock_mhz:g} MHz "
+           f"the peak is stated at: {device.compute_tflops:.1f} TFLOP/s" if device.compute_tflops != device.peak_bf16_tflops else "")
+        + ") "
         f"times the per-op-class efficiencies fitted across the measured devices (the gemm bandwidth "
-        f"fraction that of its memory family, {device.memory_family or 'unknown: pooled'}) "
+        f"fraction and the elementwise launch those of its memory family, {device.memory_family or 'unknown: pooled'}) "
         f"(llmservingsim/device_efficiency.py, docs/datasheet-synthesis.md); every time is "
         f"launch + max(bytes / BW, FLOPs / F) of the op's work on one rank (llmservingsim/op_cost.py). "
         f"No skew fit, no step_overhead.csv. Replace with a measured bundle when one exists.\n\n"

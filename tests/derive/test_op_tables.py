@@ -72,13 +72,13 @@ def test_a_device_weighs_the_same_however_many_rows_its_tables_have(tmp_path):
     once = fit_efficiency(one, tables=[OpTable("H100", p, True)])
     twice = fit_efficiency(one, tables=[OpTable("H100", p, True), OpTable("H100", q, True)])
     assert once.classes["gemm"] == twice.classes["gemm"]
-    # and the table moves the fit away from the bundle's own (Efficiency(0.9252, 0.9583, 6.231))
+    # and the table moves the fit away from the bundle's own (Efficiency(0.936, 0.9126, 7.319))
     assert once.classes["gemm"] != fit_efficiency(one).classes["gemm"]
 
 
 def test_the_shipped_manifest_lists_the_vidur_tables():
     tables = {t.path.name: t for t in op_tables()}
-    assert set(tables) == {"H100_vidur.csv", "A100_vidur.csv"}
+    assert set(tables) == {"H100_vidur.csv", "H100_vllm_layerwise.csv", "A100_vidur.csv"}
     assert tables["H100_vidur.csv"].fit and tables["H100_vidur.csv"].device == "H100"
     assert not tables["A100_vidur.csv"].fit and "PCIe" in tables["A100_vidur.csv"].why
     # Llama-2-7B at TP1, one token: qkv_proj (4096 -> 12288 columns, 100.7 MB of weights) on
@@ -94,7 +94,7 @@ def test_the_shipped_manifest_lists_the_vidur_tables():
     (HEADER + "m,4096,32,8,14336,1,qkv_proj,1,20\nm,4096,x,8,14336,1,qkv_proj,2,21\n", 3, "heads"),
     (HEADER + "m,4096,32,8,14336,1,qkv_proj,1,\n", 2, "time_us"),
     (HEADER + "m,4096,32,8,14336,1.5,qkv_proj,1,2.0\n", 2, "tp"),                # not an integer
-    (HEADER + "m,4096,32,8,14336,1,layernorm,1,2.0\n", 2, "layer"),               # not a GEMM
+    (HEADER + "m,4096,32,8,14336,1,embedding,1,2.0\n", 2, "layer"),               # neither GEMM nor vLLM kernel
     (HEADER + "m,4096,32,8,14336,0,qkv_proj,1,2.0\n", 2, None),                   # tp 0
     (HEADER + "m,4096,32,8,14336,1,qkv_proj,1,-1\n", 2, None),                    # negative time
     (HEADER + "m,4096,30,8,14336,1,qkv_proj,1,2\n", 2, None),                     # 4096 % 30
@@ -155,3 +155,17 @@ def test_the_importer_keeps_gemms_medians_and_sparse_sizes_byte_for_byte(tmp_pat
         + "org/m,4096,32,8,14336,2,qkv_proj,1,9.0\n")
     # and the output is a table the fit reads
     assert len(list(table_samples(out))) == 8
+
+
+def test_an_elementwise_row_is_the_elementwise_class_and_the_shipped_h100_kernels():
+    """A row of one of vLLM's elementwise kernels is a sample of the ``elementwise`` class with
+    its dense.csv work; the shipped H100 table holds the two kernel times of nm-vllm PR 332's
+    H100 decode profile: rms_norm 4 us, rotary_embedding 3 us (96 us over 32 calls)."""
+    tables = {t.path.name: t for t in op_tables()}
+    t = tables["H100_vllm_layerwise.csv"]
+    assert t.fit and t.device == "H100"
+    rows = list(table_samples(t.path))
+    model = load_model("meta-llama/Llama-3.1-8B")
+    assert [(c, op, w, tm) for _k, c, op, w, tm in rows] == [
+        ("elementwise", "layernorm", dense_work(model, "layernorm", 4, 1), 4.0),
+        ("elementwise", "rotary_emb", dense_work(model, "rotary_emb", 4, 1), 3.0)]

@@ -165,7 +165,8 @@ def test_fit_adjust_re_expresses_or_drops_rows_and_nothing_else():
                              None if c == "attention_decode" else (w, t))
     assert "attention_decode" not in no_attn.classes
     assert no_attn.classes == {c: e for c, e in plain.classes.items() if c != "attention_decode"}
-    assert plain.classes["gemm"] == Efficiency(0.9252, 0.9583, 6.231)
+    # RTX 4090 FLOPs at its sustained clock (2655 of 2520 MHz): 0.9583 of the spec peak before it
+    assert plain.classes["gemm"] == Efficiency(0.936, 0.9126, 7.319)
 
 
 def test_the_gemm_bandwidth_of_a_device_is_its_memory_familys(tmp_path):
@@ -204,6 +205,9 @@ def test_the_family_bandwidth_is_the_fit_of_that_familys_rows_alone():
     (FIT + "gemm_bandwidth: {HBM: 1.5}\n", "gemm_bandwidth.HBM"),
     (FIT + "gemm_bandwidth: {DDR: 0.5}\n", "gemm_bandwidth.DDR"),
     (FIT + "gemm_bandwidth: [0.5]\n", "gemm_bandwidth"),
+    (FIT + "elementwise_launch: {HBM: -1}\n", "elementwise_launch.HBM"),
+    (FIT + "elementwise_launch: {DDR: 1}\n", "elementwise_launch.DDR"),
+    (FIT + "elementwise_launch: 3\n", "elementwise_launch"),
     ("classes: {gemm: {bandwidth: 0.5, compute: 0.5}}\n", "classes.gemm"),
     ("classes: {gemm: {bandwidth: 0.5, compute: 0.5, launch_us: 1" + "0" * 400 + "}}\n", "classes.gemm"),  # beyond float
     ("classes: {tensor: {bandwidth: 0.5, compute: 0.5, launch_us: 1}}\n", "classes.tensor"),
@@ -261,3 +265,62 @@ def test_expert_parallel_on_a_synthesized_moe_bundle_times_experts_from_it(tmp_p
     cfg = {"model": model.name, "hardware": "MI300X", "parallelism": {"tp": 1, "dp": 2, "ep": 2},
            "workload": {"generator": "bfcl", "programs": 1, "rate_jps": 1.0, "seed": 0}}
     assert run_config(cfg, tmp_path / "out")["bundle"]["provenance"] == "synthesized from datasheet on the fly"
+
+
+def test_a_synthesis_prices_flops_at_the_sustained_clock():
+    """A class's roofline takes the device's BF16 peak at its sustained clock
+    (``Device.compute_tflops``), the bandwidth at the datasheet: on RTX 4090 (2655 of 2520 MHz)
+    a compute fraction of 0.5 is 0.5 x 165.2 x 2655 / 2520 TFLOP/s; on B200 (no clocks) 0.5 x 2250."""
+    e = Efficiency(0.5, 0.5, 1.0)
+    r = e.roofline(load_device("RTX4090"))
+    assert r.tflops == pytest.approx(0.5 * 165.2 * 2655 / 2520, rel=1e-12)
+    assert r.bandwidth_gbs == 0.5 * 1008.0 and r.launch_us == 1.0
+    assert e.roofline(load_device("B200")).tflops == 1125.0
+
+
+def test_the_elementwise_launch_of_a_device_is_its_memory_familys(tmp_path):
+    """``elementwise_launch`` replaces the elementwise class's fixed cost on a device of that
+    family, and only that term of that class; a family without a value keeps the pooled one;
+    the fit file round-trips through ``fit_yaml``."""
+    (tmp_path / "fit.yaml").write_text(FIT + "elementwise_launch:\n  HBM: 3.5\n")
+    fit = load_fit(tmp_path / "fit.yaml")
+    h100, rtx = load_device("H100"), load_device("RTX4090")
+    assert fit.for_device("elementwise", h100) == Efficiency(0.5, 0.5, 3.5)
+    assert fit.for_device("elementwise", rtx) == Efficiency(0.5, 0.5, 1.0)
+    assert fit.for_device("gemm", h100) == fit.for_class("gemm")
+    # H100 layernorm at 1 token: 2 * (4 * 4096 + 4096) = 40,960 B at 0.5 x 3350 GB/s -> 0.02445 us
+    # (FLOPs 20,480 at 0.5 x 989.4 TFLOP/s: 0.00004 us), + 3.5
+    out = synthesize(h100, load_model("meta-llama/Llama-3.1-8B"), 1, tmp_path / "tp1", fit=fit)
+    assert _rows(out / "dense.csv")[("layernorm", "1")] == "3.5245"
+    (tmp_path / "again.yaml").write_text(fit_yaml(fit))
+    assert load_fit(tmp_path / "again.yaml").elementwise_launch == {"HBM": 3.5}
+
+
+def test_the_family_launch_is_the_launch_fit_of_that_familys_rows_alone():
+    """``elementwise_launch_by_family``: launch-dominated rows of an HBM device (H100) at 3 us +
+    their bytes at the datasheet and of a GDDR device (RTX 4090) at 2 us: each family gets its
+    launch back (to the grid's resolution) with the pooled bandwidth and compute held."""
+    from llmservingsim.device_efficiency import elementwise_launch_by_family
+    from llmservingsim.op_cost import Work
+    keys, works, times = [], [], []
+    for dev, launch in (("H100", 3.0), ("RTX4090", 2.0)):
+        for i, kb in enumerate((2, 8, 32, 128, 512)):     # bytes at 1 GB/s: 0.002-0.5 us at the peak
+            keys.append((dev, "m", 1, f"op{i}"))
+            works.append(Work(kb, 1e-6))
+            times.append(launch + 2 * kb / 1e3)          # at half the datasheet bandwidth
+    fams = elementwise_launch_by_family(keys, works, times, Efficiency(0.5, 0.5, 1.0))
+    assert fams == {"HBM": pytest.approx(3.0, abs=1e-3), "GDDR": pytest.approx(2.0, abs=1e-3)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(launch=st.floats(0.0, 20.0), kb=st.lists(st.floats(0.001, 1e4), min_size=1, max_size=8),
+       eta=st.floats(0.05, 1.0))
+def test_fit_launch_recovers_an_exact_launch_within_its_bounds(launch, kb, eta):
+    """Times made as launch + bytes / (eta BW) exactly fit back to that launch (to 1e-3 of the
+    smallest time) at the same eta; the result is always in [0, smallest time)."""
+    from llmservingsim.op_cost import Work, fit_launch
+    works = [Work(b * 1e3, 0.0) for b in kb]
+    times = [launch + b / eta for b in kb]
+    got = fit_launch(works, times, eta, 1.0)
+    assert 0.0 <= got < min(times)
+    assert got == pytest.approx(launch, abs=1e-3 * min(times) + 1e-9)

@@ -87,7 +87,8 @@ def test_every_value_line_carries_a_source_comment(name):
     # 4 rates/sizes + gpus_per_node + 3 power figures + the memory model's CUDA total, SM
     # count and TP non-torch memory (+ the optional collective_latency_ns, inter_node and
     # host_link figures)
-    optional = {"collective_latency_ns", "nic_gbps", "latency_ns", "h2d_gbs", "d2h_gbs", "latency_us"}
+    optional = {"collective_latency_ns", "nic_gbps", "latency_ns", "h2d_gbs", "d2h_gbs", "latency_us",
+                "boost_clock_mhz", "sustained_clock_mhz"}
     assert len(numeric_leaves - optional) == 11
 
 
@@ -138,6 +139,14 @@ def test_missing_file_path():
     ("name: B200", "name: B300", "name", "must equal the file name"),
     ("memory_technology: HBM3e", "memory_technology: LPDDR5X", "memory_technology", "HBM or GDDR"),
     ("memory_technology: HBM3e", "memory_technology: 3", "memory_technology", "expected a string"),
+    ("peak_bf16_tflops: 2250.0", "peak_bf16_tflops: 2250.0\nboost_clock_mhz: 1965.0", "boost_clock_mhz",
+     "needs sustained_clock_mhz too"),
+    ("peak_bf16_tflops: 2250.0", "peak_bf16_tflops: 2250.0\nsustained_clock_mhz: 1580.0", "sustained_clock_mhz",
+     "needs boost_clock_mhz too"),
+    ("peak_bf16_tflops: 2250.0", "peak_bf16_tflops: 2250.0\nboost_clock_mhz: 0.0\nsustained_clock_mhz: 1.0",
+     "boost_clock_mhz", "must be > 0"),
+    ("peak_bf16_tflops: 2250.0", "peak_bf16_tflops: 2250.0\nboost_clock_mhz: 1.0\nsustained_clock_mhz: x",
+     "sustained_clock_mhz", "expected a number"),
     ("network: networks/B200_nvlink5_switch.yml", "network: networks/none.yml", "network",
      "not found"),
 ])
@@ -210,3 +219,19 @@ def test_memory_family_is_the_technology_prefix(b200_copy):
     b200_copy.write_text("\n".join(l for l in text.split("\n") if not l.startswith("memory_technology:")))
     dev = load_device(str(b200_copy))
     assert dev.memory_technology == "" and dev.memory_family == ""
+
+
+def test_compute_peak_is_the_datasheet_peak_at_the_sustained_clock(b200_copy):
+    """Where a device file gives both clocks, ``compute_tflops`` is the BF16 peak scaled by
+    sustained / boost clock (RTX 4090: 165.2 x 2655 / 2520); without them it is the datasheet
+    peak itself, and the system JSON keeps repeating the datasheet peak either way."""
+    rtx = load_device("RTX4090")
+    assert (rtx.boost_clock_mhz, rtx.sustained_clock_mhz) == (2520.0, 2655.0)
+    assert rtx.compute_tflops == pytest.approx(174.05, abs=0.005)
+    assert rtx.peak_bf16_tflops == 165.2
+    for name in ("A100", "B200", "H100", "H200", "L40S", "MI300X", "RTXPRO6000"):
+        dev = load_device(name)
+        assert dev.compute_tflops == dev.peak_bf16_tflops and dev.sustained_clock_mhz == 0.0
+    _edit(b200_copy, "peak_bf16_tflops: 2250.0", "peak_bf16_tflops: 2250.0\nboost_clock_mhz: 2000.0\n"
+          "sustained_clock_mhz: 1500.0")
+    assert load_device(str(b200_copy)).compute_tflops == 1687.5
