@@ -164,7 +164,7 @@ class Scheduler:
                 i += 1          # its token is in flight in another batch (pipeline parallelism)
                 continue
             known = req.num_tokens + req.num_placeholders
-            if known - req.prompt_len >= req.max_tokens:
+            if known >= req.max_len:
                 i += 1          # its last token is in flight: anticipated finish
                 continue
             computed = req.num_computed_tokens
@@ -440,7 +440,7 @@ class Scheduler:
             # a sampled token completes a block only at a block boundary
             if n % block_size == 0 and req.status == RUNNING:
                 self.kv.cache_blocks(req, min(req.num_computed_tokens, n))
-            if n - req.prompt_len >= req.max_tokens:
+            if n >= req.max_len:
                 if req.status == RUNNING:
                     self.running.remove(req)
                 elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
