@@ -131,7 +131,7 @@ def try_fast_forward(inst, nxt) -> bool:
     steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
     # ... their block allocations must fit in the free blocks (none can fail; a finish only
     # adds free blocks) ...
-    through = order is not None     # some request finishes in the planned steps
+    through = order is not None     # the plan reached a finish (it may have stopped there)
     allocs, pubs = _block_events(inst, scheduled, steps, lefts if through else None)
     free = inst.kv.pool.num_free
     if len(allocs) > free:
@@ -290,7 +290,7 @@ def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list) -> Non
     _events_through(inst.kv, scheduled, allocs, pubs, fins, events, steps, steps, finish)
     if fins:
         nxt.scheduled = [sr for sr, left in zip(scheduled, lefts) if left > steps]
-        nxt.retally()
+        nxt.retally_decodes()
         nxt.first_admitted = len(nxt.scheduled)     # every entry was stamped above
     inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
                                    times[-1][0] + times[-1][1].total_ns)

@@ -78,13 +78,15 @@ class SchedulerOutput:
     def __bool__(self) -> bool:
         return bool(self.scheduled)
 
-    def retally(self) -> None:
-        """Recompute the tallies (and ``num_tokens``) from ``scheduled``: a batch some
-        entries were taken out of after it was formed (fast-forward's finishes)."""
-        self.num_decodes = self.decode_kv_sum = self.decode_kv_max = self.decode_kv_min = 0
-        self.prefill_tokens = self.prefill_ctx_sum = self.num_sampled = 0
-        self.num_tokens = sum(sr.num_new for sr in self.scheduled)
-        self.tally(self.scheduled)
+    def retally_decodes(self) -> None:
+        """Recompute the tallies (and ``num_tokens``) of a batch of sampling decodes only, one
+        token each, from ``scheduled``: fast-forward took finished entries out of it."""
+        ctx = [sr.ctx_before for sr in self.scheduled]
+        m = len(ctx)
+        self.num_decodes = self.num_sampled = self.num_tokens = m
+        self.decode_kv_sum = sum(ctx) + m
+        self.decode_kv_max = max(ctx) + 1
+        self.decode_kv_min = min(ctx) + 1
 
     def tally(self, entries) -> None:
         """Add ``entries`` (of ``scheduled``) to the tallies."""

@@ -106,8 +106,8 @@ def test_the_step_after_a_run_through_finishes_gets_its_own_timing(tmp_path, mon
     launch = Instance._launch
 
     def tallied(inst, out, now, timing=None):
-        fresh = SchedulerOutput(list(out.scheduled))
-        fresh.retally()
+        fresh = SchedulerOutput(list(out.scheduled), num_tokens=sum(sr.num_new for sr in out.scheduled))
+        fresh.tally(fresh.scheduled)
         for name in ("num_tokens", "num_decodes", "decode_kv_sum", "decode_kv_max", "decode_kv_min",
                      "prefill_tokens", "prefill_ctx_sum", "num_sampled"):
             assert getattr(out, name) == getattr(fresh, name), name
