@@ -52,6 +52,10 @@ class Cluster:
         self.instances: list[Instance] = []
         self.requests: dict[int, Request] = {}
         self.on_request_finished: Optional[Callable[[CallInfo], None]] = None
+        # set with ``on_request_finished`` by whoever sets it: whether that callback, for a
+        # request id, schedules no event and reads nothing but its CallInfo (it may record
+        # it); None: it may do anything (``finish_is_quiet``)
+        self.finish_listener_quiet: Optional[Callable[[int], bool]] = None
         self.finished_calls: list[FinishedCall] = []     # engine measurements, completion order
         # data parallelism (llmservingsim/data_parallel.py): the servers, each of dp engine
         # cores in ``instances``; None when every instance is one engine core
@@ -72,6 +76,7 @@ class Cluster:
 
     def add_instance(self, inst: Instance) -> None:
         inst.release_owner_entries = self._release_owner_entries
+        inst.quiet_finish = self.finish_is_quiet
         self.instances.append(inst)
 
     def add_server(self, server) -> None:
@@ -130,6 +135,18 @@ class Cluster:
         if self.on_request_finished is not None:
             self.on_request_finished(info)
         return info
+
+    def finish_is_quiet(self, req: Request) -> bool:
+        """Whether ``finished(req, t)`` only records the call: not a P/D leg (the decode leg
+        is submitted), and the listener records it without scheduling an event or reading
+        anything but its CallInfo (``finish_listener_quiet``). Then it gives the same result
+        whenever it runs, as long as it runs in completion order (Instance.finish_is_quiet)."""
+        if req.pd is not None:
+            return False
+        if self.on_request_finished is None:
+            return True
+        quiet = self.finish_listener_quiet
+        return quiet is not None and quiet(req.request_id)
 
     def run(self) -> None:
         self.loop.run()

@@ -13,13 +13,31 @@ Conditions (checked at the end of step N, after its output is applied, async sch
   that provably lasts while only decodes run (``Scheduler.admission_blocked``: the batch is
   at ``max_num_seqs``, or the head does not fit and nothing in the horizon can make it fit
   but the publication of the block that extends its cached prefix, where the run stops);
-- no request reaches its max_tokens inside the horizon (finishes are events);
+- no request reaches its max_tokens inside the horizon, unless its finish is quiet (below);
 - the block allocations of the horizon fit in the free blocks (no allocation can fail,
   so no reclamation or preemption);
 - no other event is due before the last fast-forwarded step is launched (arrivals,
   releases, other instances' steps: anything a policy or the scheduler could observe).
 Steps N+1 .. N+J-1 are applied in bulk; step N+J is launched by the normal code at its
 start time through the event loop, so the clock owner stays the event loop.
+
+Runs through finishes (issue 15). A request whose last token is sampled by bulk step L
+leaves the run there, as the step-by-step loop has it leave: the schedule of step N+L+1
+(at N+L's launch) skips it (its last token is in flight), the end of N+L applies its last
+token (the no-op-or-not publication ``update_from_output`` makes included), takes it off
+``running`` and calls ``Instance._finish`` with the end's time, after that end's
+publications and before the next schedule's allocations; later steps are timed as the
+smaller batch (a new ``decode_stretch`` from that batch's tallies). This is exact only
+when nothing can observe that the finish runs before the clock reaches it:
+- the waiting queue is empty (a finish frees blocks and a batch slot, which could let a
+  waiting head in; with requests waiting the run stops before any finish, as before);
+- ``Instance.finish_is_quiet``: no retention hook, no KV tiers, no P/D leg, and the
+  cluster's listener schedules nothing and reads nothing but the call's CallInfo
+  (the program layer: the call is its program's last);
+- the finish is not in the run's last bulk step: the loop's metrics watcher samples the
+  seconds before the launch that follows the run with the state as it is then, which
+  must not include the finish at that launch's time yet;
+- someone is left for the step after the run.
 """
 from __future__ import annotations
 
@@ -51,49 +69,89 @@ def try_fast_forward(inst, nxt) -> bool:
     # every entry a decode that samples (the batch's tallies), of every running request in order
     if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
         return False
+    lefts = []                  # per batch entry: the bulk step sampling its last token
     horizon = 1 << 62
     for sr, req in zip(scheduled, running):
         if sr.req is not req:
             return False
         left = req.max_tokens - (req.num_tokens - req.prompt_len)
+        lefts.append(left)
         if left < horizon:
             horizon = left
     kv_sum, kv_max, kv_min = nxt.decode_kv_sum, nxt.decode_kv_max, nxt.decode_kv_min
-    if horizon < MIN_STEPS:
+    # finishes inside the run (module docstring): only with nobody waiting to be admitted
+    through = not sched.waiting and inst.quiet_finish is not None
+    if horizon < MIN_STEPS and not through:
         return False
     unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)
     if unblock is None:
         return False
     # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1;
-    # nobody finishes in them (j < horizon), and every bulk step, and the launch of the step
-    # after them, must precede the next event. The first step that is not bulk is launched
+    # every bulk step, and the launch of the step after them, must precede the next event.
+    # Without ``through`` nobody finishes in them (j < horizon); with it, a quiet finish in
+    # step j shrinks the batch from step j+1 on. The first step that is not bulk is launched
     # normally, with its timing (already computed here) handed on.
     stretch = inst.timer.decode_stretch(n, kv_sum, kv_max, kv_min)   # step N+j's timing, j = 1, 2, ...
     times = []
     t = loop.now
-    for j in range(1, horizon + 1):
+    exit_at = horizon           # the next step that finishes a request
+    order = None                # with ``through``: batch indices by their last step, once needed
+    j = 1
+    while True:
         timing = next(stretch)
-        if j == horizon or t + timing.total_ns >= limit:
+        if t + timing.total_ns >= limit:
             break
-        times.append((t, timing))
-        t += timing.total_ns
+        if j == exit_at:
+            if not through:
+                break
+            if order is None:
+                order = sorted(range(n), key=lefts.__getitem__)
+                p = 0           # order[p:] are in the batch of step j
+                base = kv_sum   # that batch's KV sum at step N+1
+            q = p               # order[p:q]: the requests step j finishes
+            while q < n and lefts[order[q]] == j:
+                q += 1
+            if q == n or not _quiet(inst, scheduled, order, p, q):   # nobody left after it
+                break
+            times.append((t, timing))
+            t += timing.total_ns
+            for k in range(p, q):
+                base -= scheduled[order[k]].ctx_before + 1
+            p = q
+            exit_at = lefts[order[q]]
+            m = n - q           # step N+j+1's batch: tallies at step j+1 (each KV j tokens past N+1)
+            lo_kv, hi_kv = _kv_range(scheduled, order, q)
+            stretch = inst.timer.decode_stretch(m, base + m * j, hi_kv + j, lo_kv + j)
+        else:
+            times.append((t, timing))
+            t += timing.total_ns
+        j += 1
     if len(times) < MIN_STEPS - 1:
         return False
     steps = len(times)          # bulk steps N+1 .. N+steps; step N+steps+1 launches normally
-    # ... their block allocations must fit in the free blocks (none can fail) ...
-    allocs, pubs = _block_events(inst, scheduled, steps)
+    # ... their block allocations must fit in the free blocks (none can fail; a finish only
+    # adds free blocks) ...
+    through = order is not None     # the plan reached a finish (it may have stopped there)
+    allocs, pubs = _block_events(inst, scheduled, steps, lefts if through else None)
     free = inst.kv.pool.num_free
     if len(allocs) > free:
         steps = allocs[free][0] - 1            # the (free+1)-th allocation happens in that step
     # ... and the waiting head must stay blocked
     if unblock[1] is not None:
         steps = _until_unblocked(scheduled, steps, inst.kv.block_size, *unblock)
+    fins = None
+    if through:
+        ends = set(lefts)
+        while steps in ends:                    # no finish in the last bulk step
+            steps -= 1
+        if horizon < steps:
+            fins = sorted((lefts[i], i) for i in range(n) if lefts[i] < steps)
     if steps < MIN_STEPS - 1:
         return False
     if steps < len(times):
         t, timing = times[steps]
         del times[steps:]
-    _apply(inst, nxt, times, allocs, pubs)
+    _apply(inst, nxt, times, allocs, pubs, fins, lefts)
     loop.schedule(t, lambda: inst._launch(nxt, t, timing))
     return True
 
@@ -111,43 +169,75 @@ def _until_unblocked(scheduled, steps: int, bs: int, k: int, h: int) -> int:
     return steps
 
 
-def _block_events(inst, scheduled, max_step: int) -> tuple[list, list]:
-    """(bulk step, batch index) of every block allocation and of every block publication
-    within ``max_step`` steps, each in the order the step-by-step loop makes them. In bulk
-    step j the schedule of step N+j+1 takes a request from ``c + j`` to ``c + j + 1``
-    computed tokens (c = its pending context); it needs a block when that exceeds the tokens
-    its blocks hold. The end of step N+j samples its token ``n0 + j`` (n0 = its tokens now),
-    which completes a block at a multiple of the block size."""
+def _quiet(inst, scheduled, order, p: int, q: int) -> bool:
+    """Whether the finishes of ``order[p:q]`` may be applied inside the run."""
+    for k in range(p, q):
+        if not inst.finish_is_quiet(scheduled[order[k]].req):
+            return False
+    return True
+
+
+def _kv_range(scheduled, order, q: int) -> tuple[int, int]:
+    """The least and greatest step-N+1 KV length of the entries ``order[q:]``."""
+    ctx = [scheduled[i].ctx_before for i in order[q:]]
+    return min(ctx) + 1, max(ctx) + 1
+
+
+def _block_events(inst, scheduled, max_step: int, lefts=None) -> tuple[list, list]:
+    """(bulk step, batch index) of every block allocation and (bulk step, batch index,
+    tokens) of every block publication within ``max_step`` steps, each in the order the
+    step-by-step loop makes them. In bulk step j the schedule of step N+j+1 takes a request
+    from ``c + j`` to ``c + j + 1`` computed tokens (c = its pending context); it needs a
+    block when that exceeds the tokens its blocks hold. The end of step N+j samples its
+    token ``n0 + j`` (n0 = its tokens now), which completes a block at a multiple of the
+    block size; ``update_from_output`` then publishes up to its computed tokens, ``n0 + j``.
+
+    ``lefts`` (a run through finishes): entry i's last token is sampled by bulk step
+    ``lefts[i]``; no schedule after that takes it, and at that step's end its computed
+    tokens are one short of its tokens (that token was never computed)."""
     bs = inst.kv.block_size
     blocks = inst.kv.req_blocks
     allocs = []
     pubs = []
     for i, sr in enumerate(scheduled):
-        j = len(blocks[sr.req.request_id]) * bs - sr.ctx_before     # c + j == held * bs
+        req = sr.req
+        n0 = req.num_tokens
+        last = max_step
+        if lefts is not None:
+            left = lefts[i]
+            if left <= max_step:
+                last = left - 1
+                if (n0 + left) % bs == 0:
+                    pubs.append((left, i, n0 + left - 1))
+        j = len(blocks[req.request_id]) * bs - sr.ctx_before     # c + j == held * bs
         if j < 1:
             j = 1
-        while j <= max_step:
+        while j <= last:
             allocs.append((j, i))
             j += bs
-        j = bs - sr.req.num_tokens % bs
-        while j <= max_step:
-            pubs.append((j, i))
+        j = bs - n0 % bs
+        while j <= last:
+            pubs.append((j, i, n0 + j))
             j += bs
     allocs.sort()
     pubs.sort()
     return allocs, pubs
 
 
-def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
+def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list) -> None:
     """Apply bulk steps N+1..N+steps (one per ``times`` entry) in step-by-step order: launch
     of N+j (metrics), the schedule of N+j+1 (block allocations), the end of N+j (sampled
-    token; a completed block is published). Per-request counters move once, by ``steps``.
+    token; a completed block is published; ``fins``: (j, batch index) of the requests it
+    finishes, in batch order). Per-request counters move once, by ``steps`` (a finished
+    request's at its finish).
 
     Metrics read the instance's state only where a step's start samples it (the first
-    start past a whole second), and the KV events change nothing else they record, so
-    the KV events are applied in their order, and the metrics of the steps up to each
-    sampling start are recorded in one call made once the events before that start are
-    applied (``MetricsCollector.on_decode_steps``)."""
+    start past a whole second), and publications change nothing they record, so the KV
+    events are applied in their order, and the metrics of the steps up to each sampling
+    start are recorded in calls made once the events before that start are applied
+    (``MetricsCollector.on_decode_steps``, one call per batch size). A finish at a step's
+    end changes the state (running requests, free blocks): it is applied after the sample
+    of the start it coincides with (the sampled seconds precede that start)."""
     scheduled = nxt.scheduled
     on_decode = inst._on_decode_steps
     n = len(scheduled)
@@ -155,46 +245,97 @@ def _apply(inst, nxt, times, allocs: list, pubs: list) -> None:
     for sr in scheduled:        # a call admitted as a "decode" (all but its last token hit)
         if sr.req.first_scheduled_ns is None:
             sr.req.first_scheduled_ns = times[0][0]
-    events = [0, 0]             # allocs and pubs applied so far
+    if fins:
+        first_ns = times[0][0] + times[0][1].total_ns
+
+        def finish(j: int, group: list) -> None:      # bulk step j ends at times[j]'s start
+            _finish(inst, group, j, times[j][0], first_ns)
+    else:
+        fins = ()
+        finish = None
+    events = [0, 0, 0]          # allocs, pubs and finishes applied so far
     # starts at or before ``due`` sample nothing (not known yet: the first one may)
     due = -1 if on_decode is not None else math.inf
     lo = 0                      # times[lo] is the first step not yet recorded
+    f = 0                       # fins[f:] are the finishes at or after step lo + 1 ends
+    size = n                    # the batch of step lo + 1
+    nf = len(fins)
     while lo < steps:
         hi = lo                 # times[hi]: the next start that samples (or the end)
         while hi < steps and times[hi][0] <= due:
             hi += 1
-        _events_through(inst.kv, scheduled, allocs, pubs, events, hi)   # those before times[hi]'s launch
+        # the events before times[hi]'s launch (not the finishes at that start)
+        _events_through(inst.kv, scheduled, allocs, pubs, fins, events, hi, hi - 1, finish)
         last = hi + 1 if hi < steps else steps
         busy = 0
         for k in range(lo, last):
             busy += times[k][1].total_ns
         inst.busy_ns += busy
-        inst.num_steps += last - lo
-        if on_decode is not None:
-            due = on_decode(inst, times, lo, last, n)
+        if on_decode is None:
+            inst.num_steps += last - lo
+        else:
+            while lo < last:    # times[k] is step k+1: its batch lacks the finishes of steps <= k
+                end = last
+                if f < nf and fins[f][0] < last:
+                    end = fins[f][0]
+                    if end <= lo:           # step lo finishes them: times[lo] on lack them
+                        while f < nf and fins[f][0] == end:
+                            f += 1
+                            size -= 1
+                        continue
+                inst.num_steps += end - lo
+                due = on_decode(inst, times, lo, end, size)
+                lo = end
         lo = last
-    _events_through(inst.kv, scheduled, allocs, pubs, events, steps)
+    _events_through(inst.kv, scheduled, allocs, pubs, fins, events, steps, steps, finish)
+    if fins:
+        nxt.scheduled = [sr for sr, left in zip(scheduled, lefts) if left > steps]
+        nxt.retally_decodes()
+        nxt.first_admitted = len(nxt.scheduled)     # every entry was stamped above
     inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
                                    times[-1][0] + times[-1][1].total_ns)
 
 
-def _events_through(kv, scheduled, allocs: list, pubs: list, events: list, upto: int) -> None:
+def _finish(inst, group: list, j: int, end_ns: int, first_ns: int) -> None:
+    """The end of bulk step ``j`` (at ``end_ns``) finishes the requests ``group`` (batch
+    order): as ``update_from_output`` (their last token, off ``running``), then
+    ``Instance._finish`` for each, in that order."""
+    sched = inst.scheduler
+    for req in group:
+        sched.finish_decode(req, j, first_ns, end_ns)
+    for req in group:
+        inst._finish(req, end_ns)
+
+
+def _events_through(kv, scheduled, allocs: list, pubs: list, fins, events: list, upto: int,
+                    fin_upto: int, finish) -> None:
     """Apply the block allocations and publications of bulk steps up to ``upto`` (1-based)
-    not applied yet (``events``: how many of each were), step by step, each step's
-    allocations (its successor's schedule) before its publications (its end)."""
-    a, p = events
-    na, np_ = len(allocs), len(pubs)
+    and the finishes of bulk steps up to ``fin_upto`` not applied yet (``events``: how many
+    of each were), step by step: each step's allocations (its successor's schedule), then
+    its publications and finishes (its end)."""
+    a, p, f = events
+    na, np_, nf = len(allocs), len(pubs), len(fins)
     while True:
         j = allocs[a][0] if a < na else upto + 1
         if p < np_ and pubs[p][0] < j:
             j = pubs[p][0]
+        if f < nf and fins[f][0] < j and fins[f][0] <= fin_upto:
+            j = fins[f][0]
         if j > upto:
             break
         while a < na and allocs[a][0] == j:
             kv.append_new_block(scheduled[allocs[a][1]].req)
             a += 1
         while p < np_ and pubs[p][0] == j:
-            req = scheduled[pubs[p][1]].req
-            kv.cache_blocks(req, req.num_tokens + j)
+            _, i, tokens = pubs[p]
+            kv.cache_blocks(scheduled[i].req, tokens)
             p += 1
-    events[0], events[1] = a, p
+        if f < nf and fins[f][0] == j:
+            if j > fin_upto:
+                break
+            group = []
+            while f < nf and fins[f][0] == j:
+                group.append(scheduled[fins[f][1]].req)
+                f += 1
+            finish(j, group)
+    events[0], events[1], events[2] = a, p, f

@@ -25,6 +25,10 @@ from .step_timer import StepTimer, StepTiming
 
 class Instance:
     tiers = None            # kv_tiers.InstanceTiers when KV tiers are configured
+    # the cluster's ``finish_is_quiet`` (set by ``Cluster.add_instance``): whether what
+    # ``_on_finished`` does for a request schedules nothing and reads only the request;
+    # None: any finish may (fast-forward then stops before every finish)
+    quiet_finish: Optional[Callable[[Request], bool]] = None
 
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], Optional[CallInfo]],
@@ -186,6 +190,15 @@ class Instance:
             else:
                 kv.set_expiry(owner, seq, self.loop.schedule(decision.deadline_ns,
                                                              lambda: kv.expire_entry(owner, seq)))
+
+    def finish_is_quiet(self, req: Request) -> bool:
+        """Whether ``_finish(req, t)`` may run before the clock reaches t, inside a
+        fast-forward run (llmservingsim/fast_forward.py): it creates no event and reads
+        nothing but ``req`` and this instance's KV pool. So: no retention hook (its decision
+        reads the cluster and may schedule an expiry), no KV tiers, and the cluster says so
+        of its own part (no P/D leg; a listener that only records the call)."""
+        return (self.quiet_finish is not None and self.hooks.retention is None and self.tiers is None
+                and self.quiet_finish(req))
 
     # ---- checks -------------------------------------------------------------------------
     def check_fits(self, req: Request) -> None:

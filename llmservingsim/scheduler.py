@@ -82,6 +82,16 @@ class SchedulerOutput:
     def __bool__(self) -> bool:
         return bool(self.scheduled)
 
+    def retally_decodes(self) -> None:
+        """Recompute the tallies (and ``num_tokens``) of a batch of sampling decodes only, one
+        token each, from ``scheduled``: fast-forward took finished entries out of it."""
+        ctx = [sr.ctx_before for sr in self.scheduled]
+        m = len(ctx)
+        self.num_decodes = self.num_sampled = self.num_tokens = m
+        self.decode_kv_sum = sum(ctx) + m
+        self.decode_kv_max = max(ctx) + 1
+        self.decode_kv_min = min(ctx) + 1
+
     def tally(self, entries) -> None:
         """Add ``entries`` (of ``scheduled``) to the tallies."""
         nd, kv_sum, kv_max, kv_min = self.num_decodes, self.decode_kv_sum, self.decode_kv_max, self.decode_kv_min
@@ -125,6 +135,7 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_ff_steps = 0       # steps applied in bulk by fast-forward
         self.num_ff_queued_steps = 0    # of which with requests waiting (admission blocked)
+        self.num_ff_finishes = 0    # finishes applied inside fast-forward runs
         # pipeline parallelism (llmservingsim.pipeline): a request whose sampled token is in an
         # in-flight batch has nothing to schedule (vLLM without async scheduling: num_new == 0)
         self.skip_in_flight = False
@@ -452,6 +463,23 @@ class Scheduler:
         self.num_ff_steps += steps
         if self.waiting:
             self.num_ff_queued_steps += steps
+
+    def finish_decode(self, req: Request, steps: int, first_ns: int, end_ns: int) -> None:
+        """Fast-forward: the running decode ``req`` sampled its last token in the ``steps``-th
+        of its bulk steps, which ended at ``end_ns`` (a first token, if none yet, at
+        ``first_ns``); it is left as ``update_from_output`` leaves a finished request: the
+        schedules after its last token skipped it (that token is never computed), and it
+        is off ``running``."""
+        if req.first_token_ns is None:
+            req.first_token_ns = first_ns
+        req.num_computed_tokens += steps - 1
+        req.num_tokens += steps
+        req.num_placeholders -= 1
+        req.last_token_ns = end_ns
+        self.running.remove(req)
+        req.status = RequestStatus.FINISHED
+        req.finished_ns = end_ns
+        self.num_ff_finishes += 1
 
     # ---- update -------------------------------------------------------------------------
     def update_from_output(self, out: SchedulerOutput, now_ns: int) -> list[Request]:

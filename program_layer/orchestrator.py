@@ -108,6 +108,7 @@ class Orchestrator:
         self._num_done = 0
         self._started = False
         cluster.on_request_finished = self.on_request_finished
+        cluster.finish_listener_quiet = self.finish_is_quiet
         hooks.bind(self, retention)
 
     # ----- lifecycle ----------------------------------------------------------------------
@@ -222,6 +223,13 @@ class Orchestrator:
             self.cluster.schedule(info.completion_ns + call.tool_duration_ns,
                                   functools.partial(self._release, spec.program_id,
                                                     flight.call_index + 1))
+
+    def finish_is_quiet(self, request_id: int) -> bool:
+        """Whether ``on_request_finished`` for this call only records it: the call is its
+        program's last, so no successor is scheduled, and the callback reads nothing but its
+        CallInfo (the PCB, the records and the done count are the Orchestrator's own)."""
+        flight = self._in_flight.get(request_id)
+        return flight is not None and flight.call_index + 1 == len(self._specs[flight.program_id].calls)
 
     # ----- used by ProgramHooks -----------------------------------------------------------
     def has_program(self, owner: int) -> bool:

@@ -77,11 +77,10 @@ class Simulation:
                 progress(total, "simulating calls", quiet=quiet) as bar:
             if bar.enabled:
                 done = self.cluster.on_request_finished
-                cluster = self.cluster
 
-                def counted(info):
+                def counted(info):      # reads only the CallInfo (Cluster.finish_listener_quiet)
                     done(info)
-                    bar.update(note=f"t={cluster.now_ns / 1e9:.0f} s")
+                    bar.update(note=f"t={info.completion_ns / 1e9:.0f} s")
                 self.cluster.on_request_finished = counted
             self.orchestrator.start()
             self.cluster.run()
