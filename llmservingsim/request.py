@@ -43,7 +43,7 @@ class Request:
         "arrival_ns", "queued_ns", "priority", "status", "num_computed_tokens", "num_tokens",
         "num_placeholders", "num_cached_tokens", "num_preemptions", "instance",
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finished_ns",
-        "spec", "pd",
+        "spec", "pd", "max_len",
     )
 
     def __init__(self, request_id: int, spec: CallSpec, arrival_ns: int, instance: int = 0,
@@ -54,6 +54,9 @@ class Request:
         self.call_index = spec.call_index
         self.prompt_len = spec.prompt_tokens
         self.max_tokens = spec.output_tokens
+        # prompt + max_tokens, fixed like both: the request finishes when num_tokens reaches
+        # it (the scheduler's per-step finish tests compare with it, no subtraction)
+        self.max_len = self.prompt_len + self.max_tokens
         self.stream = spec.tokens
         self.arrival_ns = arrival_ns
         # vLLM's queued_ts: when the engine loop ingests the request. The busy loop reads its

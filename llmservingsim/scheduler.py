@@ -74,6 +74,10 @@ class SchedulerOutput:
     # ones whose request may never have been scheduled (a running request's admission
     # was launched), so the launch stamps ``first_scheduled_ns`` of these alone
     first_admitted: int = 0
+    # the entries the general path made (``Scheduler._commit``: prefill chunks, admissions);
+    # every other entry is a decode run's (num_new 1, samples), which ``Scheduler.recycle``
+    # relies on
+    general: list = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.scheduled)
@@ -154,71 +158,94 @@ class Scheduler:
         threshold = cfg.long_prefill_token_threshold
         out = SchedulerOutput()
         scheduled: list[ScheduledRequest] = out.scheduled
+        append = scheduled.append
         running = self.running
         last_pos = cfg.max_model_len - 1
-        skip_in_flight = self.skip_in_flight
+        # pipeline parallelism (llmservingsim.pipeline): a request whose token is in flight in
+        # another batch holds a placeholder and has nothing to schedule; otherwise no bound
+        ph_max = 0 if self.skip_in_flight else 1 << 62
         req_blocks = kv.req_blocks
         bs = kv.block_size
         pool = kv.pool
         free_queue = pool.free_queue
-        # tallies of the decodes inlined below (SchedulerOutput); every other entry goes to
-        # ``others`` and is tallied at the end
+        # tallies of the decode runs below over their ctx_before (SchedulerOutput; each
+        # decode's KV length is ctx_before + 1); every other entry goes to ``general`` and
+        # is tallied at the end
         nd = kv_sum = kv_max = 0
         kv_min = 1 << 62
-        others = []
+        general = out.general
         retally = False
         spare = self._spare
+        pop = spare.pop
         i = 0
         while i < len(running) and budget > 0:
-            req = running[i]
-            if skip_in_flight and req.num_placeholders:
-                i += 1          # its token is in flight in another batch (pipeline parallelism)
-                continue
-            known = req.num_tokens + req.num_placeholders
-            if known - req.prompt_len >= req.max_tokens:
-                i += 1          # its last token is in flight: anticipated finish
-                continue
-            computed = req.num_computed_tokens
-            num_new = known - computed
-            if num_new == 1 and computed < last_pos:
-                # A decode (the common case: every running request, every step). Inside its
-                # last block it needs no allocation: KVCacheManager.allocate_slots' early
-                # return, inlined (a token completing its block publishes it); then _commit,
-                # inlined (the token reaches the known end, so the step samples).
-                held = req_blocks.get(req.request_id)
-                if held is not None:
-                    cap = len(held) * bs
-                    if computed < cap:
-                        if (computed + 1) % bs == 0:
-                            kv.cache_blocks(req, min(computed + 1, req.num_tokens))
-                    elif computed == cap and free_queue.num_free:
-                        # its token opens a block and one is free: allocate_slots' one-block
-                        # path without reclaim, inlined (the same pop, then the same publish)
-                        held += pool.get_new_blocks(1)
-                        kv.cache_blocks(req, min(computed + 1, req.num_tokens))
-                    else:
-                        held = None         # the general path (a reclaim, or a failure)
-                if held is not None:
-                    req.num_computed_tokens = known
-                    req.num_placeholders += 1
-                    if spare:
-                        sr = spare.pop()
-                        sr.req, sr.num_new, sr.ctx_before, sr.samples = req, 1, computed, True
-                        scheduled.append(sr)
-                    else:
-                        scheduled.append(ScheduledRequest(req, 1, computed, True))
-                    if computed:
-                        nd += 1
-                        kv_sum += known
-                        if known > kv_max:
-                            kv_max = known
-                        if known < kv_min:
-                            kv_min = known
-                    else:
-                        others.append(scheduled[-1])
-                    budget -= 1
-                    i += 1
+            # A run of decodes (the common case: every running request, every step), one
+            # token each, so at most ``budget`` of them: KVCacheManager.allocate_slots, then
+            # _commit, inlined (the token reaches the known end, so the step samples). A
+            # running request holds the blocks of all its computed tokens, so a token that
+            # neither opens nor completes a block (known % bs > 1) is inside a held block and
+            # needs no block lookup at all. The run stops at the first request that is not
+            # such a decode (a prefill chunk, max_model_len, a block to reclaim, nothing
+            # computed yet: not a decode for the tallies); the general path below takes it,
+            # and the next run starts after it.
+            start = len(scheduled)
+            skipped = 0
+            run = running[i:i + budget]
+            if len(spare) < len(run):       # a decode-shaped entry for each (``recycle``)
+                spare += [ScheduledRequest(None, 1, 0, True) for _ in range(len(run) - len(spare))]
+            for req in run:
+                ph = req.num_placeholders
+                if ph > ph_max:
+                    skipped += 1        # its token is in flight (pipeline parallelism)
                     continue
+                known = req.num_tokens + ph
+                if known >= req.max_len:
+                    skipped += 1        # its last token is in flight: anticipated finish
+                    continue
+                computed = req.num_computed_tokens
+                if known - computed != 1 or computed >= last_pos:
+                    break
+                if known % bs < 2:
+                    if computed % bs:
+                        # its token completes its last block: publish it (allocate_slots)
+                        kv.cache_blocks(req, min(known, req.num_tokens))
+                    else:
+                        # its token starts a block: held already (allocated past its
+                        # computed tokens), or one is free and allocate_slots' one-block
+                        # path without reclaim is inlined (the same pop, then the same
+                        # publish); otherwise the general path (a reclaim, or a failure)
+                        held = req_blocks.get(req.request_id)
+                        if held is None or not computed:
+                            break
+                        cap = len(held) * bs
+                        if computed < cap:
+                            if not known % bs:      # block_size 1: it completes it too
+                                kv.cache_blocks(req, min(known, req.num_tokens))
+                        elif computed == cap and free_queue.num_free:
+                            held += pool.get_new_blocks(1)
+                            kv.cache_blocks(req, min(known, req.num_tokens))
+                        else:
+                            break
+                req.num_computed_tokens = known
+                req.num_placeholders = ph + 1
+                sr = pop()          # num_new 1, samples: a recycled entry's shape
+                sr.req = req
+                sr.ctx_before = computed
+                append(sr)
+                kv_sum += computed
+                if computed > kv_max:
+                    kv_max = computed
+                if computed < kv_min:
+                    kv_min = computed
+            else:
+                req = None
+            k = len(scheduled) - start
+            nd += k
+            budget -= k
+            i += k + skipped
+            if req is None:
+                continue
+            num_new = known - computed
             if 0 < threshold < num_new:
                 num_new = threshold
             if num_new > budget:
@@ -251,7 +278,7 @@ class Scheduler:
             if not ok:
                 break
             scheduled.append(self._commit(req, num_new))
-            others.append(scheduled[-1])
+            general.append(scheduled[-1])
             budget -= num_new
             i += 1
 
@@ -284,7 +311,7 @@ class Scheduler:
                     kv.prefix_stats.queries += req.prompt_len
                     kv.prefix_stats.hits += num_hit
                 scheduled.append(self._commit(req, num_new))
-                others.append(scheduled[-1])
+                general.append(scheduled[-1])
                 budget -= num_new
 
         out.num_tokens = cfg.max_num_batched_tokens - budget
@@ -292,16 +319,21 @@ class Scheduler:
             out.tally(scheduled)
         else:
             if nd:
-                out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min = nd, kv_sum, kv_max, kv_min
-            out.num_sampled = len(scheduled) - len(others)
-            out.tally(others)
+                out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min = nd, kv_sum + nd, kv_max + 1, kv_min + 1
+            out.num_sampled = len(scheduled) - len(general)
+            out.tally(general)
         return out
 
     def recycle(self, out: SchedulerOutput) -> None:
         """``out``'s step has ended and its output was applied: nothing reads its entries
         again (the engine core drops it), so the next passes may reuse them instead of
-        creating entries (a decode step makes one per running request)."""
+        creating entries (a decode step makes one per running request). Invariant: every
+        spare entry is decode-shaped (num_new 1, samples), so a decode run sets only its
+        ``req`` and ``ctx_before``."""
         self._spare.extend(out.scheduled)
+        for sr in out.general:      # the decode runs' entries are decode-shaped already
+            sr.num_new = 1
+            sr.samples = True
         out.scheduled = []
 
     def _pop_head(self, req: Request) -> None:
@@ -468,7 +500,7 @@ class Scheduler:
             # a sampled token completes a block only at a block boundary
             if n % block_size == 0 and req.status == RUNNING:
                 self.kv.cache_blocks(req, min(req.num_computed_tokens, n))
-            if n - req.prompt_len >= req.max_tokens:
+            if n >= req.max_len:
                 if req.status == RUNNING:
                     self.running.remove(req)
                 elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):

@@ -124,7 +124,7 @@ def run_steps(sched: Scheduler, *, async_mode: bool = False, max_steps: int = 10
               arrivals: Optional[dict[int, list[Request]]] = None,
               inflight: Sequence[SchedulerOutput] = (),
               finish: Optional[Callable[[Request, int], None]] = None,
-              on_stall: Optional[Callable[[], bool]] = None) -> list[Request]:
+              on_stall: Optional[Callable[[], bool]] = None, recycle: bool = False) -> list[Request]:
     """Drive the scheduler until it has no work; return requests in completion order.
 
     Sync: schedule, update, repeat. Async (vLLM's AsyncScheduler tests and the Instance):
@@ -134,7 +134,8 @@ def run_steps(sched: Scheduler, *, async_mode: bool = False, max_steps: int = 10
     a run whose steps the test already scheduled (oldest first). ``finish(req, now)``
     replaces the default release of a finished request's blocks. When nothing can be
     scheduled but work remains, ``on_stall()`` may unblock the engine (return True) or the
-    run fails as stuck.
+    run fails as stuck. ``recycle``: hand each applied step's entries back to the scheduler
+    (``Scheduler.recycle``, as the Instance does), so later passes reuse them.
     """
     arrivals = arrivals or {}
     finished: list[Request] = []
@@ -182,6 +183,8 @@ def run_steps(sched: Scheduler, *, async_mode: bool = False, max_steps: int = 10
                 finish(r, now)
         elif release:
             release_all(sched.kv, done, now)
+        if recycle:
+            sched.recycle(out)
     return finished
 
 

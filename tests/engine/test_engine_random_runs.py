@@ -5,7 +5,8 @@ Each seed draws a pool (block size 4/8/16, 5..59 usable blocks), a budget, max_n
 policy, chunked prefill, prefix caching, a long-prefill threshold, and 3..30 requests with
 random sizes, priorities, arrival steps and token ids from a small alphabet (so prompts
 share prefixes by accident), some of them follow-ups whose prompt extends an earlier
-request's prompt and outputs. Sync and async (two steps in flight) drivers; optionally a
+request's prompt and outputs. Sync and async (two steps in flight) drivers, each applied
+step's entries recycled into later passes (as the Instance does); optionally a
 random retention decision at each completion (protect with random deadline/value, release,
 evict). Seeds are fixed, so failures reproduce: ``random_run(seed, ...)``.
 """
@@ -112,7 +113,7 @@ def random_run(seed: int, async_mode: bool, retention: bool = False) -> EngineCh
 
     run_steps(sched, async_mode=async_mode, on_schedule=checker.on_schedule,
               on_update=on_update, arrivals=arrivals, finish=finish, on_stall=on_stall,
-              max_steps=50_000)
+              max_steps=50_000, recycle=True)
     checker.check_end()
     for owner in sorted(sched.kv.entries):
         sched.kv.release_entry(owner)

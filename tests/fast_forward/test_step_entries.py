@@ -5,7 +5,8 @@ policies (priority preemption included), in fast-forward and step mode:
   stamped ``first_scheduled_ns`` (the launch stamps only the entries admitted by the pass,
   so the ones before them must have been stamped by an earlier launch);
 - ``Scheduler.recycle``: the entries of the step in flight and of the pending step are
-  distinct objects, each for its own request, and a recycled output is empty.
+  distinct objects, each for its own request, a recycled output is empty, and every spare
+  entry is decode-shaped (num_new 1, samples: a decode run sets only req and ctx_before).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def test_launch_stamps_and_recycled_entries(tmp_path, monkeypatch, seed, n_progr
         out = self.current
         end(self)
         assert out.scheduled == []
+        assert all(sr.num_new == 1 and sr.samples for sr in self.scheduler._spare)
 
     monkeypatch.setattr(Instance, "_launch", checked_launch)
     monkeypatch.setattr(Instance, "_end_step", checked_end)
