@@ -74,7 +74,7 @@ def try_fast_forward(inst, nxt) -> bool:
     for sr, req in zip(scheduled, running):
         if sr.req is not req:
             return False
-        left = req.max_tokens - (req.num_tokens - req.prompt_len)
+        left = req.max_len - req.num_tokens
         lefts.append(left)
         if left < horizon:
             horizon = left

@@ -202,11 +202,11 @@ class Instance:
 
     # ---- checks -------------------------------------------------------------------------
     def check_fits(self, req: Request) -> None:
-        need = cdiv(req.prompt_len + req.max_tokens, self.kv.block_size)
+        need = cdiv(req.max_len, self.kv.block_size)
         usable = self.kv.pool.num_usable
         if need > usable:
             where = f"{req.spec.source}: " if req.spec.source else ""
             raise StuckError(
-                f"{where}program {req.owner} call {req.call_index} needs {req.prompt_len + req.max_tokens} "
+                f"{where}program {req.owner} call {req.call_index} needs {req.max_len} "
                 f"tokens of KV ({need} blocks) but instance {self.index}'s pool holds "
                 f"{usable * self.kv.block_size} tokens ({usable} blocks): it can never run")
