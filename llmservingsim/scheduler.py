@@ -476,9 +476,7 @@ class Scheduler:
         req.num_tokens += steps
         req.num_placeholders -= 1
         req.last_token_ns = end_ns
-        self.running.remove(req)
-        req.status = RequestStatus.FINISHED
-        req.finished_ns = end_ns
+        self._finished(req, end_ns)
         self.num_ff_finishes += 1
 
     # ---- update -------------------------------------------------------------------------
@@ -501,11 +499,15 @@ class Scheduler:
             if n % block_size == 0 and req.status == RUNNING:
                 self.kv.cache_blocks(req, min(req.num_computed_tokens, n))
             if n >= req.max_len:
-                if req.status == RUNNING:
-                    self.running.remove(req)
-                elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-                    self.waiting.remove(req)
-                req.status = RequestStatus.FINISHED
-                req.finished_ns = now_ns
+                self._finished(req, now_ns)
                 finished.append(req)
         return finished
+
+    def _finished(self, req: Request, now_ns: int) -> None:
+        """``req`` has its last token at ``now_ns``: off its queue, FINISHED."""
+        if req.status == RequestStatus.RUNNING:
+            self.running.remove(req)
+        elif req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            self.waiting.remove(req)
+        req.status = RequestStatus.FINISHED
+        req.finished_ns = now_ns
