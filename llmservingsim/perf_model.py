@@ -97,7 +97,7 @@ class PerformanceModel:
         self.pp = pp
         self._dense_memo: dict[int, float] = {}
         self._seq_memo: dict[int, float] = {}
-        self._decode_memo: dict = {}        # decodes -> _decode_fn
+        self._decode_memo: dict = {}        # decodes -> decode_fn
         self._stretch_memo: dict = {}       # decodes -> what decode_stretch fixes
         dense = bundle.dense
         L = self.layers_per_stage
@@ -158,7 +158,7 @@ class PerformanceModel:
                             self._alpha_of(b.prefill_tokens, nd, b.prefill_ctx),
                             nd, b.decode_kv_sum / nd, b.decode_kv_min, b.decode_kv_max)
 
-    def _decode_fn(self, nd: int):
+    def decode_fn(self, nd: int):
         """``decode_us`` at ``nd`` sequences as a function ``(kv_sum, kv_max, kv_min) -> µs``,
         built once per batch size (it runs every decode step): the dense and per-sequence
         terms, the decode grid's row at ``nd`` and the skew fit's buckets fixed by ``nd``
@@ -233,21 +233,25 @@ class PerformanceModel:
     def decode_us(self, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
         """``compute_us`` of a pure-decode step of ``nd`` sequences whose KV lengths sum to
         ``kv_sum`` (fast-forward times its steps this way, without building their shapes)."""
-        return self._decode_fn(nd)(kv_sum, kv_max, kv_min)
+        return self.decode_fn(nd)(kv_sum, kv_max, kv_min)
 
     def decode_stretch(self, nd: int, kv_sum: int, kv_max: int, kv_min: int):
         """``decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
         (a generator): the steps of a fast-forwarded run, where every sequence grows by one
         token a step. Each value is the same float ``decode_us`` gives (the same operations
-        in the same order: ``_decode_fn`` and ``_skewed`` written out, the grid read with
-        ``GridND.at_row``), with what ``nd`` fixes looked up once and the skew fit's alpha looked
-        up once per pair of bucket labels."""
+        in the same order: ``decode_fn``, ``_skewed`` and ``GridND.at_row`` written out),
+        with what ``nd`` fixes looked up once, the grid's row read through the piece that
+        holds each KV length (``GridND.row_piece``, looked up again only when the mean or
+        the longest length leaves its piece) and the skew fit's alpha looked up once per pair
+        of bucket labels."""
         fixed = self._stretch_memo.get(nd)
         if fixed is None:       # what nd fixes, once per batch size (a run is often short)
+            decode = self.bundle.attention.decode
             fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd),
-                                              self.bundle.attention.decode.at_row(nd),
-                                              self._alpha_parts(0, nd, 0.0))
-        dense, seq, at, (const, by_labels) = fixed
+                                              decode.row(nd), self._alpha_parts(0, nd, 0.0))
+        dense, seq, row, (const, by_labels) = fixed
+        piece = self.bundle.attention.decode.row_piece
+        w = row[0]
         L = self.layers_per_stage
         if by_labels is not None:
             sk = self.bundle.skew
@@ -258,9 +262,15 @@ class PerformanceModel:
             kv_lo = kv_hi = sr_lo = sr_hi = math.inf
             alpha = None
         alphas: dict = {}
+        # the pieces of the row holding the mean and the longest KV length (none yet)
+        m_lo = m_hi = x_lo = x_hi = math.inf
         while True:
             mean_kv = kv_sum / nd
-            t = at(mean_kv)
+            if not m_lo <= mean_kv < m_hi:
+                m_lo, m_hi, ma, ms, m0, md0, m1, md1 = piece(row, mean_kv)
+            u = (mean_kv - ma) / ms
+            lo = m0 + u * md0
+            t = lo + w * ((m1 + u * md1) - lo)          # at(mean_kv)
             if nd >= 2 and kv_max != kv_min:        # _skewed's correction
                 if by_labels is None:
                     alpha = const
@@ -278,7 +288,11 @@ class PerformanceModel:
                         if alpha is None:
                             alpha = alphas[key] = by_labels(*key)
                 if alpha != 0.0:
-                    t_max = at(kv_max)
+                    if not x_lo <= kv_max < x_hi:
+                        x_lo, x_hi, xa, xs, x0, xd0, x1, xd1 = piece(row, kv_max)
+                    u = (kv_max - xa) / xs
+                    lo = x0 + u * xd0
+                    t_max = lo + w * ((x1 + u * xd1) - lo)      # at(kv_max)
                     if t_max > t:
                         t = t + alpha * (t_max - t)
             yield dense + L * t + seq
