@@ -240,34 +240,39 @@ class PerformanceModel:
         (a generator): the steps of a fast-forwarded run, where every sequence grows by one
         token a step. Each value is the same float ``decode_us`` gives (the same operations
         in the same order: ``decode_fn``, ``_skewed`` and ``GridND.at_row`` written out),
-        with what ``nd`` fixes looked up once, the grid's row read through the piece that
-        holds each KV length (``GridND.row_piece``, looked up again only when the mean or
-        the longest length leaves its piece) and the skew fit's alpha looked up once per pair
-        of bucket labels."""
+        with what ``nd`` fixes looked up once per batch size, the grid's row read through
+        the piece that holds each KV length (``GridND.row_piece``, looked up again only when
+        the mean or the longest length leaves its piece) and the skew fit's alpha looked up
+        once per pair of bucket labels, each label kept with the interval where it holds
+        (``_label_span``).
+
+        Pieces, label intervals and alphas are functions of their arguments (the batch size
+        fixes the rest), so they are kept per batch size for the next run (``_StretchState``:
+        fast-forward's runs are short, and the next run of a size starts where the last one
+        stopped)."""
         fixed = self._stretch_memo.get(nd)
-        if fixed is None:       # what nd fixes, once per batch size (a run is often short)
+        if fixed is None:       # what nd fixes, once per batch size
             decode = self.bundle.attention.decode
-            fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd),
-                                              decode.row(nd), self._alpha_parts(0, nd, 0.0))
-        dense, seq, row, (const, by_labels) = fixed
-        piece = self.bundle.attention.decode.row_piece
+            const, by_labels = self._alpha_parts(0, nd, 0.0)
+            fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd), decode.row(nd),
+                                              decode.row_piece, const, by_labels, _StretchState())
+        dense, seq, row, piece, const, by_labels, held = fixed
         w = row[0]
         L = self.layers_per_stage
+        m_lo, m_hi, ma, ms, m0, md0, m1, md1 = held.mean_piece
+        x_lo, x_hi, xa, xs, x0, xd0, x1, xd1 = held.max_piece
         if by_labels is not None:
             sk = self.bundle.skew
             sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
-            # each label is kept with the interval where it holds (_label_span): kv_max
-            # grows by one a step; the spread rate is the same real number every step (mean,
-            # min and max all grow by one) but its float may move by an ulp
-            kv_lo = kv_hi = sr_lo = sr_hi = math.inf
-            alpha = None
-        alphas: dict = {}
-        # the pieces of the row holding the mean and the longest KV length (none yet)
-        m_lo = m_hi = x_lo = x_hi = math.inf
+            # kv_max grows by one a step; the spread rate is the same real number every step
+            # (mean, min and max all grow by one) but its float may move by an ulp
+            kv_label, kv_lo, kv_hi, sr_label, sr_lo, sr_hi, alpha = held.labels
+            alphas = held.alphas
         while True:
             mean_kv = kv_sum / nd
             if not m_lo <= mean_kv < m_hi:
-                m_lo, m_hi, ma, ms, m0, md0, m1, md1 = piece(row, mean_kv)
+                held.mean_piece = p = piece(row, mean_kv)
+                m_lo, m_hi, ma, ms, m0, md0, m1, md1 = p
             u = (mean_kv - ma) / ms
             lo = m0 + u * md0
             t = lo + w * ((m1 + u * md1) - lo)          # at(mean_kv)
@@ -287,9 +292,12 @@ class PerformanceModel:
                         alpha = alphas.get(key)
                         if alpha is None:
                             alpha = alphas[key] = by_labels(*key)
+                        # written as one: the alpha is that of these two labels
+                        held.labels = (kv_label, kv_lo, kv_hi, sr_label, sr_lo, sr_hi, alpha)
                 if alpha != 0.0:
                     if not x_lo <= kv_max < x_hi:
-                        x_lo, x_hi, xa, xs, x0, xd0, x1, xd1 = piece(row, kv_max)
+                        held.max_piece = p = piece(row, kv_max)
+                        x_lo, x_hi, xa, xs, x0, xd0, x1, xd1 = p
                     u = (kv_max - xa) / xs
                     lo = x0 + u * xd0
                     t_max = lo + w * ((x1 + u * xd1) - lo)      # at(kv_max)
@@ -299,3 +307,23 @@ class PerformanceModel:
             kv_sum += nd
             kv_max += 1
             kv_min += 1
+
+
+#: a piece that holds no x (``not lo <= x < hi``): the first read looks one up
+_NO_PIECE = (math.inf, math.inf, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0)
+
+
+class _StretchState:
+    """What ``decode_stretch`` keeps of its last run at one batch size: the row's pieces
+    at the mean and at the longest KV length (``GridND.row_piece``); ``labels``: the skew
+    labels of the longest length and of the spread rate, each with the interval where it
+    holds (``_label_span``: lo < x <= hi), and the alpha of that label pair, one tuple
+    ``(kv_label, kv_lo, kv_hi, sr_label, sr_lo, sr_hi, alpha)``; the alphas by label pair.
+    Each holds wherever its interval does, so any run of the size may start from them; a
+    run writes back what it looks up."""
+    __slots__ = ("mean_piece", "max_piece", "labels", "alphas")
+
+    def __init__(self) -> None:
+        self.mean_piece = self.max_piece = _NO_PIECE
+        self.labels = (None, math.inf, math.inf, None, math.inf, math.inf, None)
+        self.alphas: dict = {}

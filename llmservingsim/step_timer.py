@@ -99,18 +99,19 @@ class StepTimer:
     def decode_stretch(self, n: int, kv_sum: int, kv_max: int, kv_min: int):
         """``time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
         (a generator: the steps of a fast-forwarded run), from
-        ``PerformanceModel.decode_stretch``."""
+        ``PerformanceModel.decode_stretch`` from j = 0 (its floats are ``decode_us``'s) and
+        the per-size parts ``time_decode`` keeps (``_timing``'s sum, in integers)."""
         if self.pp != 1:
             j = 0
             while True:
                 yield self.time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)
                 j += 1
-        first = self.time_decode(n, kv_sum, kv_max, kv_min)     # fills the per-n memo
-        yield first
-        comm, overhead, _ = self._decode_memo[n]
+        parts = self._decode_memo.get(n)
+        if parts is None:
+            parts = self._decode_fixed(n, kv_sum, kv_max, kv_min)
+        comm, overhead, _ = parts
         fixed = comm + overhead
-        stretch = self.perf.decode_stretch(n, kv_sum + n, kv_max + 1, kv_min + 1)
-        for us in stretch:
+        for us in self.perf.decode_stretch(n, kv_sum, kv_max, kv_min):
             compute = round(us * 1000.0)
             total = compute + fixed
             yield StepTiming(total if total >= 1000 else 1000, compute, comm, overhead)

@@ -338,3 +338,33 @@ def test_time_of_an_output_is_time_shape_of_its_shape(which, pp, nd, npf, chunk,
                           decode_kv_sum=kv_sum if nd else 0, decode_kv_max=kv_max if nd else 0,
                           decode_kv_min=kv_min if nd else 0)
     assert timer.time(out) == timer.time_shape(shape_of(out))
+
+
+@settings(max_examples=150, deadline=None)
+@given(which=st.integers(0, 2), nd=st.sampled_from([2, 3, 7, 16, 64]), data=st.data())
+def test_decode_stretches_of_one_size_share_their_state(which, nd, data):
+    """decode_stretch keeps its pieces, label intervals and alphas per batch size for the
+    next run: runs of one size started anywhere, one after another and interleaved step by
+    step (each a generator of its own), give decode_us's floats at every step."""
+    from llmservingsim.perf_model import PerformanceModel
+    base = _timers()[which].perf
+    perf = PerformanceModel(base.model, base.bundle)     # its own per-size state
+    kvs = [int(k) for k in base.bundle.attention.decode.axes[1]]
+    near = st.sampled_from(kvs).flatmap(lambda k: st.integers(max(1, k - 12), k + 3))
+
+    def run_args():
+        kv_min = data.draw(near | st.integers(1, 70_000))
+        kv_max = kv_min + data.draw(st.sampled_from([0, 1, 5]) | st.integers(0, 30_000))
+        kv_sum = data.draw(st.integers(kv_min * (nd - 1) + kv_max, kv_min + kv_max * (nd - 1)))
+        return [nd, kv_sum, kv_max, kv_min]
+    runs = []
+    for _ in range(data.draw(st.integers(2, 8))):
+        args = run_args()
+        runs.append((perf.decode_stretch(*args), args))
+        # a few steps of some live run (the newest, or an older one)
+        for _ in range(data.draw(st.integers(0, 30))):
+            gen, args = runs[data.draw(st.integers(0, len(runs) - 1))]
+            assert next(gen) == base.decode_us(*args)
+            args[1] += nd
+            args[2] += 1
+            args[3] += 1
