@@ -78,15 +78,11 @@ def try_fast_forward(inst, nxt) -> bool:
     unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)
     if unblock is None:
         return False
-    lefts = []                  # per batch entry: the bulk step sampling its last token
-    horizon = 1 << 62
-    for sr, req in zip(scheduled, running):
-        if sr.req is not req:
-            return False
-        left = req.max_len - req.num_tokens
-        lefts.append(left)
-        if left < horizon:
-            horizon = left
+    reqs = [sr.req for sr in scheduled]
+    if reqs != running:         # Request has no __eq__: list equality is identity here
+        return False
+    lefts = [req.max_len - req.num_tokens for req in reqs]     # per entry: the bulk step sampling its last token
+    horizon = min(lefts)
     kv_sum, kv_max, kv_min = nxt.decode_kv_sum, nxt.decode_kv_max, nxt.decode_kv_min
     # finishes inside the run (module docstring): only with nobody waiting to be admitted
     through = not sched.waiting and inst.quiet_finish is not None
@@ -248,9 +244,10 @@ def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list) -> Non
     on_decode = inst._on_decode_steps
     n = len(scheduled)
     steps = len(times)
-    for sr in scheduled:        # a call admitted as a "decode" (all but its last token hit)
-        if sr.req.first_scheduled_ns is None:
-            sr.req.first_scheduled_ns = times[0][0]
+    for k in range(nxt.first_admitted, n):     # a call admitted as a "decode" (all but its last
+        req = scheduled[k].req                  # token hit); SchedulerOutput.first_admitted
+        if req.first_scheduled_ns is None:
+            req.first_scheduled_ns = times[0][0]
     if fins:
         first_ns = times[0][0] + times[0][1].total_ns
 
