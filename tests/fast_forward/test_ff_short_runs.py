@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import llmservingsim.fast_forward as ff
 from program_layer.run import build_simulation
 
-from test_ff_through_finishes import _outputs_equal
+from test_ff_through_finishes import _cfg as _trace_cfg, _outputs_equal
 
 
 def _dense_workload(tmp_path, seed: int, n_programs: int, gap_ns: int) -> str:
@@ -41,13 +41,10 @@ def _dense_workload(tmp_path, seed: int, n_programs: int, gap_ns: int) -> str:
 
 def _cfg(tmp_path, seed, n_programs, gap_ns, pool_blocks=800, max_num_seqs=64, budget=2048,
          retention="cache-lru", instances=1) -> dict:
-    return {
-        "model": "meta-llama/Llama-3.1-8B", "hardware": "RTXPRO6000", "instances": instances,
-        "engine": {"kv_pool_tokens": pool_blocks * 16, "max_num_seqs": max_num_seqs,
-                   "max_num_batched_tokens": budget, "max_model_len": pool_blocks * 16},
-        "workload": {"path": _dense_workload(tmp_path, seed, n_programs, gap_ns)},
-        "policies": {"retention": retention},
-    }
+    """test_ff_through_finishes' deployment, on the dense stream."""
+    cfg = _trace_cfg(tmp_path, seed, 1, 0.0, pool_blocks, max_num_seqs, budget, retention, instances)
+    cfg["workload"] = {"path": _dense_workload(tmp_path, seed, n_programs, gap_ns)}
+    return cfg
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
