@@ -44,11 +44,15 @@ from __future__ import annotations
 import math
 
 
-MIN_STEPS = 3
+# A run applies at least MIN_STEPS - 1 bulk steps. One pays already: planning it walks the
+# batch about once, where executing the step walks it twice (schedule, update_from_output)
+# and times it (docs/performance.md, 2026-12-03 "short runs").
+MIN_STEPS = 2
 # Planning a run costs O(batch) up front, so a run is only attempted when the time to the
 # next event holds at least this many steps of the last step's length (a cheap estimate;
-# declining never changes results, only speed).
-MIN_GAP_STEPS = 4
+# declining never changes results, only speed). The last step is often a prefill's, longer
+# than the decodes after it, so one such step may still hold a decode step or two.
+MIN_GAP_STEPS = 1
 
 
 def try_fast_forward(inst, nxt) -> bool:
@@ -69,22 +73,20 @@ def try_fast_forward(inst, nxt) -> bool:
     # every entry a decode that samples (the batch's tallies), of every running request in order
     if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
         return False
-    lefts = []                  # per batch entry: the bulk step sampling its last token
-    horizon = 1 << 62
-    for sr, req in zip(scheduled, running):
-        if sr.req is not req:
-            return False
-        left = req.max_len - req.num_tokens
-        lefts.append(left)
-        if left < horizon:
-            horizon = left
+    # the waiting head must stay blocked (checked before the walk below: a request that
+    # arrived during the step just ended is usually admitted by the next schedule)
+    unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)
+    if unblock is None:
+        return False
+    reqs = [sr.req for sr in scheduled]
+    if reqs != running:         # Request has no __eq__: list equality is identity here
+        return False
+    lefts = [req.max_len - req.num_tokens for req in reqs]     # per entry: the bulk step sampling its last token
+    horizon = min(lefts)
     kv_sum, kv_max, kv_min = nxt.decode_kv_sum, nxt.decode_kv_max, nxt.decode_kv_min
     # finishes inside the run (module docstring): only with nobody waiting to be admitted
     through = not sched.waiting and inst.quiet_finish is not None
     if horizon < MIN_STEPS and not through:
-        return False
-    unblock = sched.admission_blocked(n) if sched.waiting else (-1, None)
-    if unblock is None:
         return False
     # Plan: bulk step j (j = 1..J-1) runs step N+j over [T_{j-1}, T_j) and schedules N+j+1;
     # every bulk step, and the launch of the step after them, must precede the next event.
@@ -242,9 +244,10 @@ def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list) -> Non
     on_decode = inst._on_decode_steps
     n = len(scheduled)
     steps = len(times)
-    for sr in scheduled:        # a call admitted as a "decode" (all but its last token hit)
-        if sr.req.first_scheduled_ns is None:
-            sr.req.first_scheduled_ns = times[0][0]
+    for k in range(nxt.first_admitted, n):     # a call admitted as a "decode" (all but its last
+        req = scheduled[k].req                  # token hit); SchedulerOutput.first_admitted
+        if req.first_scheduled_ns is None:
+            req.first_scheduled_ns = times[0][0]
     if fins:
         first_ns = times[0][0] + times[0][1].total_ns
 

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .kv_cache_manager import KVCacheManager
+from .kv_cache_manager import KVCacheManager, cdiv
 from .request import Request, RequestStatus
 from .request_queue import make_queue
 
@@ -400,6 +400,12 @@ class Scheduler:
             return -1, None
         req = self.waiting.peek()
         kv = self.kv
+        if (cfg.enable_chunked_prefill and not req.num_computed_tokens
+                and cdiv(req.num_tokens, kv.block_size) <= kv.pool.num_free):
+            # it fits with no cache hit (hits only lower its need) and a chunk of it fits
+            # the budget: admitted, so no prefix lookup is needed to say so (the common
+            # case: a request that arrived during the step that just ended)
+            return None
         hits, _, num_new = self._admission_chunk(req, budget)
         if num_new > 0 and kv.can_fit_full_sequence(req, hits):
             return None
