@@ -420,7 +420,8 @@ class BlockPool:
         the blocks are matched against the listed places with list comparisons (identity,
         in C), the hashes are deleted in one loop over the memo's hash list, and the memo is
         cut once, to ``lo`` with ``cuts += k``. A run meeting a hash with copies, and every
-        block that is not listed, takes the per-block path (in the same order)."""
+        block with content that is not listed, is dropped block by block (``_drop_contents``,
+        in the same order; in the runs measured no such block came)."""
         cached = self.cached
         copies = self.copies
         dropped = False
@@ -454,17 +455,7 @@ class BlockPool:
                         memo.cuts += k
                         dropped = True
                         continue
-            # the per-block pass of get_new_blocks
-            block.block_hash = None
-            if copies and h in copies:
-                self._drop_copy(block, h)
-            else:
-                del cached[h]
-            if memo is not None:
-                p = block.memo_pos
-                if p < memo.valid and memo.blocks[p] is block:
-                    memo.valid = p
-                    memo.cuts += 1
+            self._drop_contents((block,), bump=False)     # block by block (rare)
             dropped = True
         if dropped:
             self.drop_epoch += 1
@@ -717,10 +708,13 @@ class BlockPool:
         memo.valid = i
         return found
 
-    def _drop_contents(self, blocks: list[KVBlock]) -> None:
+    def _drop_contents(self, blocks, bump: bool = True) -> None:
         """Unpublish these blocks (each has content): a hash's primary gives its place to the
-        oldest copy; a memo listing one is cut back to its place."""
-        self.drop_epoch += 1
+        oldest copy; a memo listing one is cut back to its place. ``bump``: count it as a
+        batch of drops (``drop_epoch``); a caller dropping more in the same batch passes
+        False and counts the batch once."""
+        if bump:
+            self.drop_epoch += 1
         cached = self.cached
         copies = self.copies
         for block in blocks:
