@@ -93,7 +93,9 @@ def try_fast_forward(inst, nxt) -> bool:
     # no next event: no limit (not a large int: simulated times are unbounded ints, and a
     # clock past 2**62 ns must not look like "no room")
     limit = next_event if next_event is not None else math.inf
-    if limit - loop.now < MIN_GAP_STEPS * inst.last_step_ns:   # cheap decline: no room for a run
+    # cheap decline: no room for a run (unless the run may span the event: then its first
+    # bulk step may be the one the event falls inside)
+    if limit - loop.now < MIN_GAP_STEPS * inst.last_step_ns and not inst.may_span():
         return False
     running = sched.running
     scheduled = nxt.scheduled
