@@ -7,6 +7,7 @@ size are already dominated by fixed costs; extrapolating down would invent savin
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Sequence
 
 
@@ -80,11 +81,16 @@ class GridND:
     ``values`` are nested sequences (one level per axis); the grid keeps them as nested lists
     of Python floats (no numpy scalar per lookup, and no numpy import on a run's path)."""
 
-    __slots__ = ("axes", "_nested")
+    __slots__ = ("axes", "_nested", "_heads")
+
+    #: ``line``'s memo of the corners over all its leading axes but the last, by their
+    #: coordinates, is emptied when it reaches this size (a bound on memory, not on results)
+    HEADS_MAX = 1 << 14
 
     def __init__(self, axes: Sequence[Sequence[float]], values):
         self.axes = [list(map(float, a)) for a in axes]
         self._nested = _float_lists(values, len(self.axes))
+        self._heads: dict = {}
 
     def __call__(self, *point: float) -> float:
         if len(point) == 2:
@@ -102,12 +108,20 @@ class GridND:
         # (axis k is bit k of the corner's index): axis k doubles the list, its lower corners
         # first, each weight multiplied by the axes' weights in axis order. A corner of zero
         # weight is dropped: ``at`` skips it anyway (its product with any finite u-weight is zero).
-        corners = [(1.0, self._nested)]
-        for a, x in zip(axes, lead):
-            i, w = bracket(a, x)
-            i1 = i + 1 if len(a) > 1 else i
-            lo = 1.0 - w
-            corners = [(cw * lo, v[i]) for cw, v in corners] + [(cw * w, v[i1]) for cw, v in corners]
+        # The list after all leading axes but the last depends on their coordinates alone
+        # (a mixed step's prefill chunk and context recur with other decode counts): memoised.
+        n = len(lead) - 1
+        head = lead[:n]
+        corners = self._heads.get(head)
+        if corners is None:
+            corners = [(1.0, self._nested)]
+            for a, x in zip(axes, head):
+                corners = _doubled(corners, a, x)
+            if len(self._heads) >= self.HEADS_MAX:
+                self._heads.clear()
+            self._heads[head] = corners
+        if n >= 0:
+            corners = _doubled(corners, axes[n], lead[n])
         corners = [c for c in corners if c[0]]
         last = axes[-1]
 
@@ -160,6 +174,33 @@ class GridND:
             return lo + w * (hi - lo)
         return at
 
+    def row_piece(self, row: tuple, x1: float) -> tuple:
+        """The piece of a 2-D grid's row (``row(x0)``) that holds ``x1``: ``(lo, hi, a, span,
+        p0, d0, p1, d1)`` such that for every x with ``lo <= x < hi``, with w = ``row[0]``::
+
+            u = (x - a) / span;  l = p0 + u * d0;  value = l + w * ((p1 + u * d1) - l)
+
+        is ``along(row, x)``, the same float: the same operations in the same order
+        (``d0``, ``d1`` are ``along``'s differences of neighbouring values, computed once).
+        Pieces: below the first grid point (``along`` clamps: u = 0.0) the clamped ends with
+        d0 = d1 = 0.0 and a = the first point, so u < 0 and ``p + u * 0.0`` is p exactly;
+        then [a_j, a_j+1) per grid interval, the last one open above (``along`` extrapolates
+        it). A caller whose x moves little from call to call (a decode run's KV lengths grow
+        by one a step) evaluates the formula inline and looks a piece up only when x leaves
+        it."""
+        w, r0, r1 = row
+        a1 = self.axes[1]
+        n1 = len(a1)
+        if n1 == 1 or x1 < a1[0]:
+            lo = r0[0] + 0.0 * (r0[0 if n1 == 1 else 1] - r0[0])
+            hi = r1[0] + 0.0 * (r1[0 if n1 == 1 else 1] - r1[0])
+            if n1 == 1:         # lo, hi are never -0.0 (x + 0.0), so u's sign is free
+                return -math.inf, math.inf, 0.0, 1.0, lo, 0.0, hi, 0.0
+            return -math.inf, a1[0], a1[0], 1.0, lo, 0.0, hi, 0.0
+        j = n1 - 2 if x1 >= a1[-1] else bisect.bisect_right(a1, x1) - 1
+        return (a1[j], a1[j + 1] if j < n1 - 2 else math.inf, a1[j], a1[j + 1] - a1[j],
+                r0[j], r0[j + 1] - r0[j], r1[j], r1[j + 1] - r1[j])
+
     def along(self, row: tuple, x1: float) -> float:
         """The value at (x0, x1) of a 2-D grid, given ``row(x0)``."""
         w, r0, r1 = row
@@ -169,6 +210,15 @@ class GridND:
         lo = r0[j] + u * (r0[j1] - r0[j])
         hi = r1[j] + u * (r1[j1] - r1[j])
         return lo + w * (hi - lo)
+
+
+def _doubled(corners: list, a: list, x: float) -> list:
+    """``GridND.line``'s corners after one more axis ``a`` at ``x``: its lower corners
+    first, each weight times that axis's weight."""
+    i, w = bracket(a, x)
+    i1 = i + 1 if len(a) > 1 else i
+    lo = 1.0 - w
+    return [(cw * lo, v[i]) for cw, v in corners] + [(cw * w, v[i1]) for cw, v in corners]
 
 
 def _float_lists(values, depth: int) -> list:

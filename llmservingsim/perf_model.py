@@ -97,7 +97,7 @@ class PerformanceModel:
         self.pp = pp
         self._dense_memo: dict[int, float] = {}
         self._seq_memo: dict[int, float] = {}
-        self._decode_memo: dict = {}        # decodes -> _decode_fn
+        self._decode_memo: dict = {}        # decodes -> decode_fn
         self._stretch_memo: dict = {}       # decodes -> what decode_stretch fixes
         dense = bundle.dense
         L = self.layers_per_stage
@@ -158,7 +158,7 @@ class PerformanceModel:
                             self._alpha_of(b.prefill_tokens, nd, b.prefill_ctx),
                             nd, b.decode_kv_sum / nd, b.decode_kv_min, b.decode_kv_max)
 
-    def _decode_fn(self, nd: int):
+    def decode_fn(self, nd: int):
         """``decode_us`` at ``nd`` sequences as a function ``(kv_sum, kv_max, kv_min) -> µs``,
         built once per batch size (it runs every decode step): the dense and per-sequence
         terms, the decode grid's row at ``nd`` and the skew fit's buckets fixed by ``nd``
@@ -233,34 +233,49 @@ class PerformanceModel:
     def decode_us(self, nd: int, kv_sum: int, kv_max: int, kv_min: int) -> float:
         """``compute_us`` of a pure-decode step of ``nd`` sequences whose KV lengths sum to
         ``kv_sum`` (fast-forward times its steps this way, without building their shapes)."""
-        return self._decode_fn(nd)(kv_sum, kv_max, kv_min)
+        return self.decode_fn(nd)(kv_sum, kv_max, kv_min)
 
     def decode_stretch(self, nd: int, kv_sum: int, kv_max: int, kv_min: int):
         """``decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
         (a generator): the steps of a fast-forwarded run, where every sequence grows by one
         token a step. Each value is the same float ``decode_us`` gives (the same operations
-        in the same order: ``_decode_fn`` and ``_skewed`` written out, the grid read with
-        ``GridND.at_row``), with what ``nd`` fixes looked up once and the skew fit's alpha looked
-        up once per pair of bucket labels."""
+        in the same order: ``decode_fn``, ``_skewed`` and ``GridND.at_row`` written out),
+        with what ``nd`` fixes looked up once per batch size, the grid's row read through
+        the piece that holds each KV length (``GridND.row_piece``, looked up again only when
+        the mean or the longest length leaves its piece) and the skew fit's alpha looked up
+        once per pair of bucket labels, each label kept with the interval where it holds
+        (``_label_span``).
+
+        Pieces, label intervals and alphas are functions of their arguments (the batch size
+        fixes the rest), so they are kept per batch size for the next run (``_StretchState``:
+        fast-forward's runs are short, and the next run of a size starts where the last one
+        stopped)."""
         fixed = self._stretch_memo.get(nd)
-        if fixed is None:       # what nd fixes, once per batch size (a run is often short)
-            fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd),
-                                              self.bundle.attention.decode.at_row(nd),
-                                              self._alpha_parts(0, nd, 0.0))
-        dense, seq, at, (const, by_labels) = fixed
+        if fixed is None:       # what nd fixes, once per batch size
+            decode = self.bundle.attention.decode
+            const, by_labels = self._alpha_parts(0, nd, 0.0)
+            fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd), decode.row(nd),
+                                              decode.row_piece, const, by_labels, _StretchState())
+        dense, seq, row, piece, const, by_labels, held = fixed
+        w = row[0]
         L = self.layers_per_stage
+        m_lo, m_hi, ma, ms, m0, md0, m1, md1 = held.mean_piece
+        x_lo, x_hi, xa, xs, x0, xd0, x1, xd1 = held.max_piece
         if by_labels is not None:
             sk = self.bundle.skew
             sr_bins, sr_labels, kvb_bins, kvb_labels = sk.sr_bins, sk.sr_labels, sk.kvb_bins, sk.kvb_labels
-            # each label is kept with the interval where it holds (_label_span): kv_max
-            # grows by one a step; the spread rate is the same real number every step (mean,
-            # min and max all grow by one) but its float may move by an ulp
-            kv_lo = kv_hi = sr_lo = sr_hi = math.inf
-            alpha = None
-        alphas: dict = {}
+            # kv_max grows by one a step; the spread rate is the same real number every step
+            # (mean, min and max all grow by one) but its float may move by an ulp
+            kv_label, kv_lo, kv_hi, sr_label, sr_lo, sr_hi, alpha = held.labels
+            alphas = held.alphas
         while True:
             mean_kv = kv_sum / nd
-            t = at(mean_kv)
+            if not m_lo <= mean_kv < m_hi:
+                held.mean_piece = p = piece(row, mean_kv)
+                m_lo, m_hi, ma, ms, m0, md0, m1, md1 = p
+            u = (mean_kv - ma) / ms
+            lo = m0 + u * md0
+            t = lo + w * ((m1 + u * md1) - lo)          # at(mean_kv)
             if nd >= 2 and kv_max != kv_min:        # _skewed's correction
                 if by_labels is None:
                     alpha = const
@@ -277,11 +292,38 @@ class PerformanceModel:
                         alpha = alphas.get(key)
                         if alpha is None:
                             alpha = alphas[key] = by_labels(*key)
+                        # written as one: the alpha is that of these two labels
+                        held.labels = (kv_label, kv_lo, kv_hi, sr_label, sr_lo, sr_hi, alpha)
                 if alpha != 0.0:
-                    t_max = at(kv_max)
+                    if not x_lo <= kv_max < x_hi:
+                        held.max_piece = p = piece(row, kv_max)
+                        x_lo, x_hi, xa, xs, x0, xd0, x1, xd1 = p
+                    u = (kv_max - xa) / xs
+                    lo = x0 + u * xd0
+                    t_max = lo + w * ((x1 + u * xd1) - lo)      # at(kv_max)
                     if t_max > t:
                         t = t + alpha * (t_max - t)
             yield dense + L * t + seq
             kv_sum += nd
             kv_max += 1
             kv_min += 1
+
+
+#: a piece that holds no x (``not lo <= x < hi``): the first read looks one up
+_NO_PIECE = (math.inf, math.inf, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0)
+
+
+class _StretchState:
+    """What ``decode_stretch`` keeps of its last run at one batch size: the row's pieces
+    at the mean and at the longest KV length (``GridND.row_piece``); ``labels``: the skew
+    labels of the longest length and of the spread rate, each with the interval where it
+    holds (``_label_span``: lo < x <= hi), and the alpha of that label pair, one tuple
+    ``(kv_label, kv_lo, kv_hi, sr_label, sr_lo, sr_hi, alpha)``; the alphas by label pair.
+    Each holds wherever its interval does, so any run of the size may start from them; a
+    run writes back what it looks up."""
+    __slots__ = ("mean_piece", "max_piece", "labels", "alphas")
+
+    def __init__(self) -> None:
+        self.mean_piece = self.max_piece = _NO_PIECE
+        self.labels = (None, math.inf, math.inf, None, math.inf, math.inf, None)
+        self.alphas: dict = {}

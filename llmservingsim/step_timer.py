@@ -53,7 +53,9 @@ class StepTimer:
         self.comm = comm
         self.pp = perf.pp
         self.framework = framework if framework is not None else Framework()
-        self._decode_memo: dict[int, tuple[int, int]] = {}    # decodes -> (comm, overhead) ns
+        # decodes -> (comm ns, overhead ns, PerformanceModel.decode_fn): time_decode's parts
+        # fixed by the batch size
+        self._decode_memo: dict[int, tuple] = {}
 
     def time_shape(self, shape: BatchShape) -> StepTiming:
         if not shape.prefill_tokens and not shape.num_prefills and shape.num_decodes and self.pp == 1:
@@ -80,31 +82,45 @@ class StepTimer:
             return self.time_shape(BatchShape(0, 0.0, 0, n, kv_sum, kv_max, kv_min))
         fixed = self._decode_memo.get(n)
         if fixed is None:
-            shape = BatchShape(0, 0.0, 0, n, kv_sum, kv_max, kv_min)
-            comm = self.comm.exposed_comm_ns(shape) if self.comm is not None else 0
-            # a pure-decode step's overhead does not read its compute (no prefill share)
-            overhead = round(self.framework.us(0, 0, n, 0.0) * 1000.0)
-            fixed = self._decode_memo[n] = (comm, overhead)
-        return _timing(round(self.perf.decode_us(n, kv_sum, kv_max, kv_min) * 1000.0), *fixed)
+            fixed = self._decode_fixed(n, kv_sum, kv_max, kv_min)
+        comm, overhead, compute_us = fixed
+        return _timing(round(compute_us(kv_sum, kv_max, kv_min) * 1000.0), comm, overhead)
+
+    def _decode_fixed(self, n: int, kv_sum: int, kv_max: int, kv_min: int) -> tuple:
+        """``_decode_memo``'s entry for ``n`` decodes (the KV lengths only describe a shape
+        for the communication model, which reads the batch size alone)."""
+        shape = BatchShape(0, 0.0, 0, n, kv_sum, kv_max, kv_min)
+        comm = self.comm.exposed_comm_ns(shape) if self.comm is not None else 0
+        # a pure-decode step's overhead does not read its compute (no prefill share)
+        overhead = round(self.framework.us(0, 0, n, 0.0) * 1000.0)
+        fixed = self._decode_memo[n] = (comm, overhead, self.perf.decode_fn(n))
+        return fixed
 
     def decode_stretch(self, n: int, kv_sum: int, kv_max: int, kv_min: int):
         """``time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
         (a generator: the steps of a fast-forwarded run), from
-        ``PerformanceModel.decode_stretch``."""
+        ``PerformanceModel.decode_stretch`` from j = 0 (its floats are ``decode_us``'s) and
+        the per-size parts ``time_decode`` keeps (``_timing``'s sum, in integers)."""
         if self.pp != 1:
             j = 0
             while True:
                 yield self.time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)
                 j += 1
-        first = self.time_decode(n, kv_sum, kv_max, kv_min)     # fills the per-n memo
-        yield first
-        comm, overhead = self._decode_memo[n]
+        parts = self._decode_memo.get(n)
+        if parts is None:
+            parts = self._decode_fixed(n, kv_sum, kv_max, kv_min)
+        comm, overhead, _ = parts
         fixed = comm + overhead
-        stretch = self.perf.decode_stretch(n, kv_sum + n, kv_max + 1, kv_min + 1)
-        for us in stretch:
+        for us in self.perf.decode_stretch(n, kv_sum, kv_max, kv_min):
             compute = round(us * 1000.0)
             total = compute + fixed
             yield StepTiming(total if total >= 1000 else 1000, compute, comm, overhead)
 
     def time(self, out: SchedulerOutput) -> StepTiming:
+        """``time_shape(shape_of(out))``; a pure-decode step (every entry a decode) goes to
+        ``time_decode`` from the batch's tallies without building its shape (``time_shape``
+        sends it there; with pipeline stages ``time_decode`` sends it back)."""
+        nd = out.num_decodes
+        if nd and nd == len(out.scheduled) and not out.prefill_tokens:
+            return self.time_decode(nd, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min)
         return self.time_shape(shape_of(out))

@@ -232,3 +232,139 @@ def test_weighted_sum_is_the_sum_of_tables(case):
     fast = WeightedSum(terms)
     for x in points:
         assert fast(x) == sum(mult * table(x) for mult, table in terms)
+
+
+@st.composite
+def _row_and_points(draw):
+    """A 2-D grid (the decode grid's shape; a 1-point last axis too), a row and points on
+    the grid's last axis, between, below and above its points."""
+    axes = [sorted(draw(st.sets(st.integers(0, 5000), min_size=n, max_size=n)))
+            for n in (draw(st.integers(1, 3)), draw(st.integers(1, 5)))]
+    vals = st.floats(-1e4, 1e4, allow_nan=False)
+    grid = GridND(axes, [[draw(vals) for _ in axes[1]] for _ in axes[0]])
+    row = grid.row(draw(st.floats(-100, 6000, allow_nan=False)))
+    points = draw(st.lists(st.sampled_from(axes[1]) | st.integers(-100, 6000)
+                           | st.floats(-100, 6000, allow_nan=False), min_size=1, max_size=6))
+    return grid, row, points
+
+
+@settings(max_examples=400, deadline=None)
+@given(_row_and_points())
+# below the first point: along's -0.0 (l = -0.0 + 0.0 * -5.0, then w * (h - l) = -0.0)
+@example((GridND([[0, 1], [10, 20]], [[-0.0, -5.0], [-3.0, 1.0]]), (0.0, [-0.0, -5.0], [-3.0, 1.0]),
+          [3, 10, 10.0, 25]))
+def test_row_piece_formula_is_along(case):
+    """GridND.row_piece: x lies in its piece, and the piece's formula gives along's float at
+    x and at every other point of the piece (a decode run evaluates it while x stays in)."""
+    grid, row, points = case
+    w = row[0]
+    for x in points:
+        lo, hi, a, span, p0, d0, p1, d1 = grid.row_piece(row, x)
+        assert lo <= x < hi
+        for y in points:
+            if lo <= y < hi:
+                u = (y - a) / span
+                low = p0 + u * d0
+                value = low + w * ((p1 + u * d1) - low)
+                assert value == grid.along(row, y) and str(value) == str(grid.along(row, y))
+
+
+def test_decode_stretch_across_grid_points():
+    """Runs whose mean or longest KV length crosses the decode grid's points (a new piece of
+    the row), starts below the grid's first point (the clamped piece) and past its last (the
+    extrapolated one) give decode_us's floats at every step."""
+    steps = 24
+    for timer in _timers():
+        perf = timer.perf
+        kvs = perf.bundle.attention.decode.axes[1]
+        starts = [1, 2, int(kvs[0]) - 3, int(kvs[-1]) - 5, int(kvs[-1]) + 7]
+        starts += [int(k) - d for k in kvs[1:] for d in (1, 11)]
+        for nd in (1, 2, 5, 37):
+            for kv_min in starts:
+                for spread in ((0,) if nd == 1 else (0, 1, 9, 300)):
+                    kv_max = kv_min + spread
+                    # the mean near the low end, the middle and the high end of the range
+                    for kv_sum in {kv_min * (nd - 1) + kv_max, (kv_min + kv_max) * nd // 2,
+                                   kv_min + kv_max * (nd - 1)}:
+                        floats = perf.decode_stretch(nd, kv_sum, kv_max, kv_min)
+                        for j in range(steps):
+                            assert next(floats) == perf.decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)
+
+
+def test_line_head_memo_is_the_corner_sum(monkeypatch):
+    """GridND.line's memo of the corners over the leading axes but the last: lines sharing
+    those coordinates (a hit), with the memo emptied at its bound, give the corner sums."""
+    import random
+    rng = random.Random(7)
+    axes = [[0, 16, 512, 2048], [0, 100, 1000], [1, 8, 64], [16, 256, 4096]]
+    grid = GridND(axes, [[[[rng.uniform(-50, 50) for _ in axes[3]] for _ in axes[2]] for _ in axes[1]]
+                         for _ in axes[0]])
+    monkeypatch.setattr(GridND, "HEADS_MAX", 5)
+    heads = [(rng.choice([0, 16, 100, 700, 3000]), rng.choice([0.0, 50.5, 1000.0, 5.0])) for _ in range(12)]
+    for _ in range(300):
+        lead = (*rng.choice(heads), rng.choice([1, 3, 8, 50, 100]))
+        at = grid.line(*lead)
+        for x in (rng.uniform(0, 5000), 16, 4096.0, 6000):
+            assert at(x) == _corner_sum(grid, (*lead, x))
+        assert len(grid._heads) <= 5
+
+
+@settings(max_examples=300, deadline=None)
+@given(which=st.integers(0, 2), pp=st.sampled_from([1, 2]), nd=st.integers(0, 60), npf=st.integers(0, 3),
+       chunk=st.integers(0, 3000), data=st.data())
+def test_time_of_an_output_is_time_shape_of_its_shape(which, pp, nd, npf, chunk, data):
+    """StepTimer.time sends a pure-decode batch to time_decode from its tallies without
+    building its shape: the timing is time_shape(shape_of(out))'s, for pure-decode, mixed
+    and prefill-only batches (a prefill entry may schedule no token), with one pipeline
+    stage and two; tallies the scheduler never makes (prefill tokens with no prefill entry)
+    included."""
+    from types import SimpleNamespace
+    from llmservingsim.perf_model import PerformanceModel
+    from llmservingsim.step_timer import StepTimer, shape_of
+    if nd + npf == 0:
+        return
+    timer = _timers()[which]
+    if pp != 1:
+        timer = StepTimer(PerformanceModel(timer.perf.model, timer.perf.bundle, pp), timer.comm, timer.framework)
+    if not npf and data.draw(st.booleans()):
+        npf = -1        # prefill tokens, no prefill entry
+    kv_min = data.draw(st.integers(1, 30_000))
+    kv_max = kv_min + (data.draw(st.integers(0, 30_000)) if nd > 1 else 0)
+    kv_sum = (data.draw(st.integers(kv_min * (nd - 1) + kv_max, kv_min + kv_max * (nd - 1)))
+              if nd > 1 else kv_min * nd)
+    out = SimpleNamespace(scheduled=[None] * (nd + max(npf, 0)), num_decodes=nd,
+                          prefill_tokens=chunk if npf else 0,
+                          prefill_ctx_sum=(chunk * data.draw(st.integers(0, 8000))) if npf else 0,
+                          decode_kv_sum=kv_sum if nd else 0, decode_kv_max=kv_max if nd else 0,
+                          decode_kv_min=kv_min if nd else 0)
+    assert timer.time(out) == timer.time_shape(shape_of(out))
+
+
+@settings(max_examples=150, deadline=None)
+@given(which=st.integers(0, 2), nd=st.sampled_from([2, 3, 7, 16, 64]), data=st.data())
+def test_decode_stretches_of_one_size_share_their_state(which, nd, data):
+    """decode_stretch keeps its pieces, label intervals and alphas per batch size for the
+    next run: runs of one size started anywhere, one after another and interleaved step by
+    step (each a generator of its own), give decode_us's floats at every step."""
+    from llmservingsim.perf_model import PerformanceModel
+    base = _timers()[which].perf
+    perf = PerformanceModel(base.model, base.bundle)     # its own per-size state
+    kvs = [int(k) for k in base.bundle.attention.decode.axes[1]]
+    near = st.sampled_from(kvs).flatmap(lambda k: st.integers(max(1, k - 12), k + 3))
+
+    def run_args():
+        kv_min = data.draw(near | st.integers(1, 70_000))
+        kv_max = kv_min + data.draw(st.sampled_from([0, 1, 5]) | st.integers(0, 30_000))
+        kv_sum = data.draw(st.integers(kv_min * (nd - 1) + kv_max, kv_min + kv_max * (nd - 1)))
+        return [nd, kv_sum, kv_max, kv_min]
+    runs = []
+    for _ in range(data.draw(st.integers(2, 8))):
+        args = run_args()
+        runs.append((perf.decode_stretch(*args), args))
+        # a few steps of some live run (the newest, or an older one)
+        for _ in range(data.draw(st.integers(0, 30))):
+            gen, args = runs[data.draw(st.integers(0, len(runs) - 1))]
+            assert next(gen) == base.decode_us(*args)
+            args[1] += nd
+            args[2] += 1
+            args[3] += 1
