@@ -77,6 +77,7 @@ class Cluster:
     def add_instance(self, inst: Instance) -> None:
         inst.release_owner_entries = self._release_owner_entries
         inst.quiet_finish = self.finish_is_quiet
+        inst.public_events = self.events_are_public
         self.instances.append(inst)
 
     def add_server(self, server) -> None:
@@ -119,7 +120,7 @@ class Cluster:
         return InstanceLoad(len(running), len(inst.scheduler.waiting), pool.usage(),
                             used * kv.block_size, pool.num_usable * kv.block_size,
                             inst.current.num_tokens if inst.current is not None else 0,
-                            sum(map(_num_tokens, running)))
+                            sum(map(_num_tokens, running)) - inst.tokens_ahead)
 
     def finished(self, req: Request, now_ns: int) -> Optional[CallInfo]:
         """Called by an instance when a request completes (before its retention decision);
@@ -147,6 +148,14 @@ class Cluster:
             return True
         quiet = self.finish_listener_quiet
         return quiet is not None and quiet(req.request_id)
+
+    def events_are_public(self) -> bool:
+        """Whether every event but an instance's own steps reads and changes the engine only
+        through this API (``load``, ``submit``, ``schedule``, the finish callback): no P/D
+        legs (their transfers are events on two instances) and no data-parallel servers
+        (their balancer reads the ranks' state, and their waves are events across ranks).
+        An instance's steps read and change only that instance, and ``Cluster.finished``."""
+        return self.disagg is None and self.servers is None
 
     def run(self) -> None:
         self.loop.run()

@@ -38,6 +38,34 @@ when nothing can observe that the finish runs before the clock reaches it:
   seconds before the launch that follows the run with the state as it is then, which
   must not include the finish at that launch's time yet;
 - someone is left for the step after the run.
+
+Runs that span events (issue 15). Without them a run ends before the next event, and the
+step launched after it, which contains the event (on the Azure stream an arrival), runs
+step by step. The run may instead take that step S too as its last bulk step, when its end
+finishes nobody and ``Instance.may_span`` holds; the launch after the run is then S+1's at
+S's end, whose schedule is the first to see what the events did (an arrival is admitted
+there, as in step mode: S+1 was scheduled at S's launch, before the event). The bulk state
+is the state after S's end; every event inside S (the next one, and any it or another
+schedules before S's end) must see the state step mode has while S is in flight, through
+everything it can read:
+- ``inst.current`` (not None: a submit only queues, no step starts; ``Cluster.load``'s
+  in-flight tokens are its ``num_tokens``): the pending output, of S's batch;
+- ``inst.step_end_ns`` (a submit's ``queued_ns``): S's end;
+- ``Cluster.load``'s running and waiting counts, pool usage and used blocks: S's end
+  changes none of them (no finish; its publications allocate and free nothing); the
+  running requests' tokens are one ahead each, ``inst.tokens_ahead`` is subtracted;
+- the metrics watcher samples running, waiting and pool usage only (the same);
+- the priority hook reads the new request's CallInfo and the time, or the orchestrator's
+  signals (the load); ``Scheduler.add_request`` only queues the request;
+- nothing else: no retention hook (``on_arrival`` releases entries; expiries are events
+  that change the pool), no KV tiers or sources (landings change this instance), no P/D or
+  data-parallel servers (``Cluster.events_are_public``); other instances' steps read their
+  own state, and the workload reads the engine through the cluster's API only.
+Event order is unchanged: events already queued at S's end run before the launch after the
+run as before S's end (both were scheduled later: the launch at planning, S's end at S's
+launch), and events scheduled inside S for S's end run after either. An event at exactly
+S's start belongs to the step before (that step ends at or after it), so S starts before
+it (or at its time, in the event now running: the first bulk step).
 """
 from __future__ import annotations
 
@@ -65,7 +93,9 @@ def try_fast_forward(inst, nxt) -> bool:
     # no next event: no limit (not a large int: simulated times are unbounded ints, and a
     # clock past 2**62 ns must not look like "no room")
     limit = next_event if next_event is not None else math.inf
-    if limit - loop.now < MIN_GAP_STEPS * inst.last_step_ns:   # cheap decline: no room for a run
+    # cheap decline: no room for a run (unless the run may span the event: then its first
+    # bulk step may be the one the event falls inside)
+    if limit - loop.now < MIN_GAP_STEPS * inst.last_step_ns and not inst.may_span():
         return False
     running = sched.running
     scheduled = nxt.scheduled
@@ -99,9 +129,17 @@ def try_fast_forward(inst, nxt) -> bool:
     exit_at = horizon           # the next step that finishes a request
     order = None                # with ``through``: batch indices by their last step, once needed
     j = 1
+    span = False                # the last planned step ends at or after the next event
     while True:
         timing = next(stretch)
         if t + timing.total_ns >= limit:
+            # a run that spans events (module docstring): this step is bulk too, unless
+            # its end finishes a request (no finish in the last bulk step)
+            if j != exit_at and limit < math.inf and inst.may_span():
+                times.append((t, timing))
+                t += timing.total_ns
+                timing = next(stretch)      # the step after it, launched at its end
+                span = True
             break
         if j == exit_at:
             if not through:
@@ -154,8 +192,20 @@ def try_fast_forward(inst, nxt) -> bool:
         t, timing = times[steps]
         del times[steps:]
     _apply(inst, nxt, times, allocs, pubs, fins, lefts)
-    loop.schedule(t, lambda: inst._launch(nxt, t, timing))
+    if span and steps == len(times):    # the events inside the last bulk step see it in flight
+        inst.current = nxt              # the same batch: its num_tokens is that step's
+        inst.step_end_ns = t
+        inst.tokens_ahead = len(nxt.scheduled)
+        loop.schedule(t, lambda: _launch_after_span(inst, nxt, t, timing))
+    else:
+        loop.schedule(t, lambda: inst._launch(nxt, t, timing))
     return True
+
+
+def _launch_after_span(inst, nxt, t: int, timing) -> None:
+    """The launch after a run that spans events: the step in flight has ended."""
+    inst.tokens_ahead = 0
+    inst._launch(nxt, t, timing)
 
 
 def _until_unblocked(scheduled, steps: int, bs: int, k: int, h: int) -> int:

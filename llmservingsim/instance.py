@@ -29,6 +29,14 @@ class Instance:
     # ``_on_finished`` does for a request schedules nothing and reads only the request;
     # None: any finish may (fast-forward then stops before every finish)
     quiet_finish: Optional[Callable[[Request], bool]] = None
+    # the cluster's ``events_are_public`` (set by ``Cluster.add_instance``): whether every
+    # event but its instances' own steps reads the engine only through the cluster's API;
+    # None: a fast-forward run never spans an event (``may_span``)
+    public_events: Optional[Callable[[], bool]] = None
+    # tokens the running requests hold ahead of the clock: inside a fast-forward run that
+    # spans events, each running request's token sampled by the step in flight, whose end
+    # the run applied already (``Cluster.load`` subtracts them; 0 otherwise)
+    tokens_ahead = 0
 
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], Optional[CallInfo]],
@@ -199,6 +207,17 @@ class Instance:
         of its own part (no P/D leg; a listener that only records the call)."""
         return (self.quiet_finish is not None and self.hooks.retention is None and self.tiers is None
                 and self.quiet_finish(req))
+
+    def may_span(self) -> bool:
+        """Whether a fast-forward run may end with a bulk step that events fall inside
+        (llmservingsim/fast_forward.py, "Runs that span events"): every event that can run
+        then reads this instance only through what the run keeps at the step's values
+        (``current``, ``step_end_ns``, ``Cluster.load``) or schedules. So no retention hook
+        (an arrival's decision releases entries, and expiries are events that change the
+        pool), no KV tiers and no KV sources (their landings are events on this instance's
+        state), and the cluster says its other events are public (``events_are_public``)."""
+        return (self.public_events is not None and self.hooks.retention is None and self.tiers is None
+                and not self.scheduler.kv_sources and self.public_events())
 
     # ---- checks -------------------------------------------------------------------------
     def check_fits(self, req: Request) -> None:
