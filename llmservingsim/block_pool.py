@@ -37,11 +37,14 @@ Invariants
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from typing import Callable, Iterable, Optional
 
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
 COMPACT_SLACK = 1024
+# takes of more blocks than this look for memo tails to drop as runs (BlockPool._take_runs)
+BULK = 32
 
 
 class KVBlock:
@@ -274,10 +277,11 @@ class PrefixMemo:
 
     Invariant: for every ``i < valid``, ``blocks[i]`` is ``cached[hashes[i]]`` (the primary
     of the stream's i-th hash), ``blocks[i].memo is self`` and ``blocks[i].memo_pos == i``;
-    places from ``valid`` on are stale. ``hashes`` is the stream's hash chain (read by checks
-    only). The pool keeps this true at the only events that can break it: a listed block's
-    content is dropped (``valid`` is cut back to its place: a hash's primary changes only when
-    it is dropped), and another memo lists the block (it is first cut out of this one).
+    places from ``valid`` on are stale. ``hashes`` is the stream's hash chain (read by checks,
+    and by a large take for the hashes of the listed blocks it drops). The pool keeps this
+    true at the only events that can break it: a listed block's content is dropped (``valid``
+    is cut back to its place: a hash's primary changes only when it is dropped), and another
+    memo lists the block (it is first cut out of this one).
     ``cuts`` counts those cuts: while it is unchanged, ``blocks[:k]`` for any k at most
     ``valid`` are the same blocks (places are only appended after ``valid``)."""
     __slots__ = ("blocks", "valid", "hashes", "cuts")
@@ -295,6 +299,26 @@ class PrefixMemo:
         if p < self.valid and self.blocks[p] is block:
             self.valid = p
             self.cuts += 1
+
+
+def _reversed_match(out: list, i: int, listed: list, p: int) -> int:
+    """The largest k with ``out[i + j] is listed[p - j]`` for every j < k (``out[i] is
+    listed[p]``), found with list comparisons of chunks growing 4x (shrinking after a
+    mismatch), so O(k) identity checks in C."""
+    limit = min(len(out) - i, p + 1)
+    k = 1
+    step = 8
+    while k < limit:
+        s = min(step, limit - k)
+        a = p + 1 - k - s
+        if out[i + k:i + k + s] == listed[a:a + s][::-1]:
+            k += s
+            step *= 4
+        elif s == 1:
+            break
+        else:
+            step = max(s // 4, 1)
+    return k
 
 
 class BlockPool:
@@ -356,6 +380,9 @@ class BlockPool:
         if n > self.free_queue.num_free:
             raise RuntimeError(f"asked for {n} blocks with {self.free_queue.num_free} free")
         out = self.free_queue.popleft_n(n)
+        if n > BULK:
+            self._take_runs(out)
+            return out
         # one pass: each block's reference, and its content dropped (_drop_contents, inlined:
         # most popped blocks still hold content, usually the only block of their hash)
         cached = self.cached
@@ -380,6 +407,58 @@ class BlockPool:
         if dropped:
             self.drop_epoch += 1
         return out
+
+    def _take_runs(self, out: list[KVBlock]) -> None:
+        """``get_new_blocks``'s pass over a large take ``out`` (just popped), with the same
+        result block by block, but a memo's listed tail taken as one run.
+
+        A context's blocks are freed tail first, so a large take usually meets, block after
+        block, the places ``p, p - 1, .., lo`` of one memo's listed prefix (usually from its
+        last place). Block by block each of them is a cut (``valid`` falls to its place,
+        ``cuts`` grows by one: each place is below the one before) and its hash, the memo's
+        ``hashes[j]`` (a listed block is its hash's primary), leaves ``cached``. As a run:
+        the blocks are matched against the listed places with list comparisons (identity,
+        in C), the hashes are deleted in one loop over the memo's hash list, and the memo is
+        cut once, to ``lo`` with ``cuts += k``. A run meeting a hash with copies, and every
+        block with content that is not listed, is dropped block by block (``_drop_contents``,
+        in the same order; in the runs measured no such block came)."""
+        cached = self.cached
+        copies = self.copies
+        dropped = False
+        it = iter(out)
+        i = -1
+        for block in it:
+            i += 1
+            block.ref_cnt = 1
+            h = block.block_hash
+            if h is None:
+                continue
+            memo = block.memo
+            if memo is not None:
+                p = block.memo_pos
+                listed = memo.blocks
+                if p < memo.valid and listed[p] is block:
+                    k = _reversed_match(out, i, listed, p)
+                    lo = p + 1 - k
+                    hashes = memo.hashes[lo:p + 1]
+                    if not copies or copies.keys().isdisjoint(hashes):
+                        for h in hashes:
+                            del cached[h]
+                        block.block_hash = None
+                        if k > 1:
+                            for b in out[i + 1:i + k]:
+                                b.ref_cnt = 1
+                                b.block_hash = None
+                            next(islice(it, k - 2, None), None)     # past the run (in C)
+                            i += k - 1
+                        memo.valid = lo
+                        memo.cuts += k
+                        dropped = True
+                        continue
+            self._drop_contents((block,), bump=False)     # block by block (rare)
+            dropped = True
+        if dropped:
+            self.drop_epoch += 1
 
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
@@ -629,10 +708,13 @@ class BlockPool:
         memo.valid = i
         return found
 
-    def _drop_contents(self, blocks: list[KVBlock]) -> None:
+    def _drop_contents(self, blocks, bump: bool = True) -> None:
         """Unpublish these blocks (each has content): a hash's primary gives its place to the
-        oldest copy; a memo listing one is cut back to its place."""
-        self.drop_epoch += 1
+        oldest copy; a memo listing one is cut back to its place. ``bump``: count it as a
+        batch of drops (``drop_epoch``); a caller dropping more in the same batch passes
+        False and counts the batch once."""
+        if bump:
+            self.drop_epoch += 1
         cached = self.cached
         copies = self.copies
         for block in blocks:

@@ -5,9 +5,12 @@ every hash up; the pool must agree with it after every operation: the same free-
 (eviction) order, reference counts, entry references, contents, primaries and copies, the
 same ``entry_only`` total, and the same hits for every prefix lookup (which the pool serves
 from the stream's memo)."""
+from unittest import mock
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmservingsim import block_pool
 from llmservingsim.block_pool import BlockPool
 
 N = 12      # blocks, the null block included
@@ -116,11 +119,17 @@ ops = st.lists(st.tuples(st.sampled_from(["admit", "free", "drop", "retain", "re
 
 
 @settings(max_examples=300, deadline=None)
-@given(chains, ops)
-def test_pool_matches_per_block_reference(chain_list, script):
+@given(chains, ops, st.sampled_from([block_pool.BULK, 0, 2]))
+def test_pool_matches_per_block_reference(chain_list, script, bulk):
     """Requests of a few streams (hash chains that repeat and share hashes) are admitted
     with their cached prefix, allocate and publish blocks, are freed (optionally dropping
-    content) or retained as entries and later released."""
+    content) or retained as entries and later released. ``bulk``: takes of more blocks go
+    through the run path (``BlockPool._take_runs``)."""
+    with mock.patch.object(block_pool, "BULK", bulk):
+        run_against_reference(chain_list, script)
+
+
+def run_against_reference(chain_list, script):
     pool, ref = BlockPool(N), RefPool(N)
     streams = [Stream(c) for c in chain_list]
     held: list = []         # (stream, blocks) of admitted requests
@@ -216,4 +225,125 @@ def test_taking_one_block_skips_a_hit_at_the_front():
     pool.check_invariants()
     assert [x.block_id for x in pool.get_new_blocks(1)] == [c.block_id]
     assert pool.num_free == 0 and not pool.free_queue.runs
+    pool.check_invariants()
+
+
+def apply_op(pool: BlockPool, streams: list, held: list, entries: list, op: str, pick: int,
+             size: int) -> None:
+    """One step of the admit / free / drop / retain / release script on ``pool`` alone."""
+    if op == "admit":
+        s = streams[pick % len(streams)]
+        n = min(size, len(s.hashes))
+        memo = pool.memo_of(s)
+        k = min(memo.valid, n)
+        hits = memo.blocks[:k] + (pool.look_up(memo, s.hashes, n) if k < n else [])
+        new = min(len(s.hashes) - len(hits), pool.num_free - sum(b.ref_cnt == 0 for b in hits))
+        if new < 0:
+            return
+        pool.touch(hits)
+        got = pool.get_new_blocks(new)
+        blocks = hits + got
+        # all of them usually (a prefill's publication), else some
+        publish = len(blocks) if size > 2 else pick % (len(blocks) + 1)
+        if publish > len(hits):
+            # the memo's listed prefix may end before the hits (a repeated hash) or at them
+            pool.cache_blocks(got[:publish - len(hits)], s.hashes[len(hits):publish], memo, len(hits))
+        held.append(blocks)
+    elif op in ("free", "drop", "retain") and held:
+        blocks = held.pop(pick % len(held))
+        if op == "retain":
+            pool.pin(blocks)
+            entries.append(blocks)
+        else:
+            pool.free_blocks(reversed(blocks), drop_content=op == "drop")
+    elif op == "release" and entries:
+        pool.unpin(entries.pop(pick % len(entries)), drop_content=size % 2 == 1)
+
+
+def stamps(pool: BlockPool, streams: list) -> tuple:
+    """The version stamps: the pool's drop epoch and each memo's cut count."""
+    return pool.drop_epoch, [s.memos[pool].cuts if s.memos else None for s in streams]
+
+
+long_chains = st.lists(st.lists(st.integers(0, 60), min_size=4, max_size=14), min_size=2, max_size=4)
+long_ops = st.lists(st.tuples(st.sampled_from(["admit", "admit", "free", "free", "drop", "retain", "release"]),
+                              st.integers(0, 100), st.integers(0, 8)), min_size=10, max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(chains, long_chains), long_ops, st.integers(4, 16))
+def test_run_takes_leave_the_per_block_state(chain_list, script, n):
+    """Two pools of ``n`` blocks run the same script, one taking every batch block by
+    block, one taking every batch through the run path (``_take_runs``, whose memo runs
+    start wherever a taken block is listed): after each step they hold the same blocks in
+    the same places (free-queue order, counts, contents, primaries, copies, every memo's
+    valid prefix and list) and the same version stamps (``drop_epoch``, each memo's
+    ``cuts``)."""
+    pools = BlockPool(n), BlockPool(n)
+    streams = [[Stream(c) for c in chain_list] for _ in pools]
+    held: list = [[], []]
+    entries: list = [[], []]
+    for op, pick, size in script:
+        for k, bulk in enumerate((10 ** 9, 0)):
+            with mock.patch.object(block_pool, "BULK", bulk):
+                apply_op(pools[k], streams[k], held[k], entries[k], op, pick, size)
+        a, b = pools
+        assert pool_state(a, streams[0]) == pool_state(b, streams[1])
+        assert a.free_queue.block_ids() == b.free_queue.block_ids()
+        assert [x.ref_cnt for x in a.blocks] == [x.ref_cnt for x in b.blocks]
+        assert stamps(a, streams[0]) == stamps(b, streams[1])
+        b.check_invariants()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=80), st.data())
+def test_reversed_match_is_the_longest_reversed_run(listed, data):
+    """``_reversed_match(out, i, listed, p)`` is the largest k with ``out[i + j] is
+    listed[p - j]`` for j < k (out[i] is listed[p]; runs of any length, chunk edges
+    included)."""
+    objs = [object() for _ in range(6)]
+    listed = [objs[x] for x in listed]
+    p = data.draw(st.integers(0, len(listed) - 1))
+    k = data.draw(st.integers(1, p + 1))
+    tail = [objs[x] for x in data.draw(st.lists(st.integers(0, 5), max_size=40))]
+    head = [objs[x] for x in data.draw(st.lists(st.integers(0, 5), max_size=5))]
+    out = head + listed[p - k + 1:p + 1][::-1] + tail
+    i = len(head)
+    expect = 0
+    while (expect < len(out) - i and expect <= p and out[i + expect] is listed[p - expect]):
+        expect += 1
+    assert block_pool._reversed_match(out, i, listed, p) == expect
+
+
+def test_a_large_take_drops_memo_tails_as_runs():
+    """A take of more than ``BULK`` blocks meeting freed contexts' listed blocks tail first
+    (the usual recompute) matches each context as one run: one ``_reversed_match`` per
+    context, each memo cut once to the first place taken (``cuts`` counting each place, as
+    block by block), and their hashes unpublished."""
+    k = block_pool.BULK + 8
+    pool = BlockPool(2 * k + 11)
+    a, b = Stream([1000 + j for j in range(k + 10)]), Stream([5000 + j for j in range(k)])
+    memo_a, memo_b = pool.memo_of(a), pool.memo_of(b)
+    blocks_a = pool.get_new_blocks(k + 10)
+    blocks_b = pool.get_new_blocks(k)
+    pool.cache_blocks(blocks_a, a.hashes, memo_a, 0)
+    pool.cache_blocks(blocks_b, b.hashes, memo_b, 0)
+    assert memo_a.valid == k + 10 and memo_b.valid == k
+    pool.free_blocks(reversed(blocks_b))        # the tail first
+    pool.free_blocks(reversed(blocks_a))
+    calls = []
+    real = block_pool._reversed_match
+
+    def counting(*args):
+        calls.append(real(*args))
+        return calls[-1]
+
+    with mock.patch.object(block_pool, "_reversed_match", counting):
+        got = pool.get_new_blocks(2 * k)
+    assert calls == [k, k]
+    assert got == blocks_b[::-1] + blocks_a[:9:-1]
+    assert memo_b.valid == 0 and memo_b.cuts == k
+    assert memo_a.valid == 10 and memo_a.cuts == k
+    assert sorted(pool.cached) == a.hashes[:10]
+    assert all(x.ref_cnt == 1 and x.block_hash is None for x in got)
     pool.check_invariants()
