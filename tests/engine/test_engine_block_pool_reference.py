@@ -129,6 +129,18 @@ def test_pool_matches_per_block_reference(chain_list, script, bulk):
         run_against_reference(chain_list, script)
 
 
+def admission(pool: BlockPool, streams: list, pick: int, size: int) -> tuple:
+    """An admission of the script's stream ``pick`` looking up its first ``size`` hashes:
+    ``(stream, memo, n, hits, new)``, ``new`` the blocks to take (negative: they do not fit)."""
+    s = streams[pick % len(streams)]
+    n = min(size, len(s.hashes))
+    memo = pool.memo_of(s)
+    k = min(memo.valid, n)
+    hits = memo.blocks[:k] + (pool.look_up(memo, s.hashes, n) if k < n else [])
+    new = min(len(s.hashes) - len(hits), pool.num_free - sum(b.ref_cnt == 0 for b in hits))
+    return s, memo, n, hits, new
+
+
 def run_against_reference(chain_list, script):
     pool, ref = BlockPool(N), RefPool(N)
     streams = [Stream(c) for c in chain_list]
@@ -136,14 +148,9 @@ def run_against_reference(chain_list, script):
     entries: list = []      # blocks retained by entries
     for op, pick, size in script:
         if op == "admit":
-            s = streams[pick % len(streams)]
-            n = min(size, len(s.hashes))
-            memo = pool.memo_of(s)
-            k = min(memo.valid, n)
-            hits = memo.blocks[:k] + (pool.look_up(memo, s.hashes, n) if k < n else [])
+            s, memo, n, hits, new = admission(pool, streams, pick, size)
             expect = ref.look_up(s.hashes[:n])
             assert [b.block_id for b in hits] == expect
-            new = min(len(s.hashes) - len(hits), pool.num_free - sum(b.ref_cnt == 0 for b in hits))
             if new < 0:
                 continue
             pool.touch(hits)
@@ -232,12 +239,7 @@ def apply_op(pool: BlockPool, streams: list, held: list, entries: list, op: str,
              size: int) -> None:
     """One step of the admit / free / drop / retain / release script on ``pool`` alone."""
     if op == "admit":
-        s = streams[pick % len(streams)]
-        n = min(size, len(s.hashes))
-        memo = pool.memo_of(s)
-        k = min(memo.valid, n)
-        hits = memo.blocks[:k] + (pool.look_up(memo, s.hashes, n) if k < n else [])
-        new = min(len(s.hashes) - len(hits), pool.num_free - sum(b.ref_cnt == 0 for b in hits))
+        s, memo, _, hits, new = admission(pool, streams, pick, size)
         if new < 0:
             return
         pool.touch(hits)
