@@ -19,6 +19,13 @@ token in ``update_from_output``. Requests whose outputs (real + placeholder) alr
 KV from outside the pool (CPU/CXL tiers, a P/D decode leg's prefill instance) takes one
 path, vLLM's ``WAITING_FOR_REMOTE_KVS`` (``remote_kv.py``): admission asks ``kv_sources``,
 parks a matched head with unpublished blocks, and ``finished_recving`` re-admits it first.
+Publication: between passes, every running request has published each full block whose
+tokens are all known and computed (with caching on, ``num_cached_blocks >=
+min(num_computed_tokens, num_tokens) // block_size``): ``allocate_slots`` publishes as it
+schedules tokens, ``update_from_output`` as a sampled token completes a block, fast-forward
+as its bulk steps do both. So a decode that holds a placeholder publishes nothing when it
+is scheduled: its known tokens (``num_tokens`` <= its computed tokens) are in published blocks
+already, and the block its token completes waits for the placeholder's token.
 Ownership: only this class writes ``status``, ``num_computed_tokens``, ``num_placeholders``
 and ``num_tokens`` of a request.
 """
@@ -206,26 +213,25 @@ class Scheduler:
                 if known - computed != 1 or computed >= last_pos:
                     break
                 if known % bs < 2:
-                    if computed % bs:
-                        # its token completes its last block: publish it (allocate_slots)
-                        kv.cache_blocks(req, min(known, req.num_tokens))
-                    else:
+                    if not computed % bs:
                         # its token starts a block: held already (allocated past its
                         # computed tokens), or one is free and allocate_slots' one-block
-                        # path without reclaim is inlined (the same pop, then the same
-                        # publish); otherwise the general path (a reclaim, or a failure)
+                        # path without reclaim is inlined (the same pop); otherwise the
+                        # general path (a reclaim, or a failure)
                         held = req_blocks.get(req.request_id)
                         if held is None or not computed:
                             break
                         cap = len(held) * bs
-                        if computed < cap:
-                            if not known % bs:      # block_size 1: it completes it too
-                                kv.cache_blocks(req, min(known, req.num_tokens))
-                        elif computed == cap and free_queue.num_free:
+                        if computed == cap and free_queue.num_free:
                             held += pool.get_new_blocks(1)
-                            kv.cache_blocks(req, min(known, req.num_tokens))
-                        else:
+                        elif computed >= cap:
                             break
+                    if not ph and not known % bs:
+                        # its token completes a block, all of whose tokens are known:
+                        # publish it (allocate_slots). With a placeholder, allocate_slots'
+                        # publish (up to num_tokens <= computed tokens) is a no-op: those
+                        # blocks are published already (module docstring, "Publication").
+                        kv.cache_blocks(req, known)
                 req.num_computed_tokens = known
                 req.num_placeholders = ph + 1
                 sr = pop()          # num_new 1, samples: a recycled entry's shape
