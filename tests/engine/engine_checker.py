@@ -7,7 +7,8 @@ Checked after every ``schedule()``:
   ``len(running) <= max_num_seqs``; preempted and scheduled requests are disjoint;
 - a request's chunk starts where the mirror says, except at admission, where it may start
   later by a whole-block prefix hit of at most ``num_tokens - 1`` tokens;
-- a running request holds exactly ``cdiv(num_computed_tokens, block_size)`` blocks, distinct;
+- a running request holds exactly ``cdiv(num_computed_tokens, block_size)`` blocks, distinct,
+  and no negative placeholder count (``num_known_tokens >= num_tokens``);
   with prefix caching it has published every full block of tokens both known and computed
   (the scheduler's publication invariant; also checked after every update);
   a waiting or preempted request holds none and has nothing computed;
@@ -115,6 +116,7 @@ class EngineChecker:
             blocks = kv.get_blocks(req.request_id)
             assert len(blocks) == cdiv(req.num_computed_tokens, bs), (req, len(blocks))
             assert len({b.block_id for b in blocks}) == len(blocks)
+            assert req.num_placeholders >= 0, req
         self.check_published()
         for req in sched.waiting:
             assert req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
