@@ -81,8 +81,6 @@ class ProgramResult:
 #: A released call not yet finished: its program, instance and the priority it ran with
 #: (internal; a tuple because one is made per call)
 _InFlight = namedtuple("_InFlight", ["program_id", "call_index", "instance", "priority", "release_ns"])
-#: ``_new_flight(_InFlight, fields)`` is ``_InFlight(*fields)`` without its Python ``__new__``
-_new_flight = tuple.__new__
 
 #: positional constructors (several per call; llmservingsim/frozen.py)
 _make_record = maker(CallRecord)
@@ -168,7 +166,7 @@ class Orchestrator:
         gap = pcb.apply_release(k, now, call.prompt_tokens)
         if gap is not None:
             self._gaps.add(pcb.tool_name, gap)
-        loads = list(map(cluster.load, range(cluster.num_instances)))
+        loads = [cluster.load(i) for i in range(cluster.num_instances)]
         make = InflightLoad._make
         inflight = tuple([make((load.num_running, load.num_waiting, load.kv_utilization,
                                 load.kv_used_tokens, load.kv_pool_tokens, load.inflight_tokens)
@@ -184,7 +182,7 @@ class Orchestrator:
         pcb.apply_dispatch(instance)
         request_id = self._next_request_id
         self._next_request_id += 1
-        self._in_flight[request_id] = _new_flight(_InFlight, (program_id, k, instance, q, now))
+        self._in_flight[request_id] = _InFlight(program_id, k, instance, q, now)
         if prefill == instance:
             cluster.submit(instance, call, request_id)
         else:
