@@ -1,9 +1,9 @@
 """Engine-side request state (vLLM ``Request``) and the call spec the engine is given.
 
-Ownership: ``status``, ``num_computed_tokens`` and ``num_placeholders`` are written only by
+Ownership: ``status``, ``num_computed_tokens`` and ``num_known_tokens`` are written only by
 the scheduler; ``num_tokens`` grows only in ``Scheduler.update_from_output`` (a sampled
-token becomes known) and ``Scheduler.advance_decodes`` (fast-forward); token timestamps are
-written there too, ``queued_ns`` and ``first_scheduled_ns`` by the instance that runs the request.
+token becomes known), ``Scheduler.advance_decodes`` and ``Scheduler.finish_decode``
+(fast-forward); token timestamps are written there too, ``queued_ns`` and ``first_scheduled_ns`` by the instance that runs the request.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class Request:
     __slots__ = (
         "request_id", "owner", "call_index", "prompt_len", "max_tokens", "stream",
         "arrival_ns", "queued_ns", "priority", "status", "num_computed_tokens", "num_tokens",
-        "num_placeholders", "num_cached_tokens", "num_preemptions", "instance",
+        "num_known_tokens", "num_cached_tokens", "num_preemptions", "instance",
         "first_scheduled_ns", "first_token_ns", "last_token_ns", "finished_ns",
         "spec", "pd", "max_len",
     )
@@ -67,7 +67,10 @@ class Request:
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
         self.num_tokens = spec.prompt_tokens      # prompt + sampled output tokens known so far
-        self.num_placeholders = 0                 # async scheduling: tokens scheduled, not yet sampled
+        # num_tokens + the placeholders of tokens scheduled but not sampled yet (async
+        # scheduling): the end a step's chunk may reach. Kept as one count so that a
+        # sampled token (one more token, one placeholder less) leaves it unchanged.
+        self.num_known_tokens = spec.prompt_tokens
         self.num_cached_tokens = -1               # prefix hit at first scheduling (-1: not yet)
         self.num_preemptions = 0
         self.instance = instance
@@ -76,6 +79,12 @@ class Request:
         self.last_token_ns: Optional[int] = None
         self.finished_ns: Optional[int] = None
         self.pd = None            # prefill/decode disaggregation: the call's PDCall (llmservingsim/disagg.py)
+
+    @property
+    def num_placeholders(self) -> int:
+        """Tokens scheduled whose sample has not been applied yet (vLLM's
+        ``num_output_placeholders``)."""
+        return self.num_known_tokens - self.num_tokens
 
     @property
     def num_output_tokens(self) -> int:

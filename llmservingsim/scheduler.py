@@ -2,8 +2,8 @@
 
 ``schedule()`` forms one step's batch; ``update_from_output()`` applies the step's result.
 There are no prefill/decode phases: each request has ``num_computed_tokens`` against
-``num_tokens + num_placeholders`` and a step closes part of the gap within one token
-budget.
+``num_known_tokens`` (``num_tokens + num_placeholders``) and a step closes part of the gap
+within one token budget.
 
 Phase 1 serves ``running`` strictly in list order (an earlier prefill chunk may take the
 whole budget). An allocation failure preempts by recompute: FCFS takes the tail of
@@ -19,8 +19,16 @@ token in ``update_from_output``. Requests whose outputs (real + placeholder) alr
 KV from outside the pool (CPU/CXL tiers, a P/D decode leg's prefill instance) takes one
 path, vLLM's ``WAITING_FOR_REMOTE_KVS`` (``remote_kv.py``): admission asks ``kv_sources``,
 parks a matched head with unpublished blocks, and ``finished_recving`` re-admits it first.
-Ownership: only this class writes ``status``, ``num_computed_tokens``, ``num_placeholders``
-and ``num_tokens`` of a request.
+Publication: between passes, every running request has published each full block whose
+tokens are all known and computed (with caching on, ``num_cached_blocks >=
+min(num_computed_tokens, num_tokens) // block_size``): ``allocate_slots`` publishes as it
+schedules tokens, ``update_from_output`` as a sampled token completes a block, fast-forward
+as its bulk steps do both. So a decode that holds a placeholder publishes nothing when it
+is scheduled: its known tokens (``num_tokens`` <= its computed tokens) are in published blocks
+already, and the block its token completes waits for the placeholder's token.
+Ownership: only this class writes ``status``, ``num_computed_tokens``, ``num_known_tokens``
+and ``num_tokens`` of a request; every write of ``num_tokens`` keeps ``num_placeholders``
+(``num_known_tokens - num_tokens``) what the step semantics say.
 """
 from __future__ import annotations
 
@@ -162,8 +170,8 @@ class Scheduler:
         running = self.running
         last_pos = cfg.max_model_len - 1
         # pipeline parallelism (llmservingsim.pipeline): a request whose token is in flight in
-        # another batch holds a placeholder and has nothing to schedule; otherwise no bound
-        ph_max = 0 if self.skip_in_flight else 1 << 62
+        # another batch holds a placeholder and has nothing to schedule
+        skip_in_flight = self.skip_in_flight
         req_blocks = kv.req_blocks
         bs = kv.block_size
         pool = kv.pool
@@ -194,11 +202,10 @@ class Scheduler:
             if len(spare) < len(run):       # a decode-shaped entry for each (``recycle``)
                 spare += [ScheduledRequest(None, 1, 0, True) for _ in range(len(run) - len(spare))]
             for req in run:
-                ph = req.num_placeholders
-                if ph > ph_max:
+                known = req.num_known_tokens
+                if skip_in_flight and known != req.num_tokens:
                     skipped += 1        # its token is in flight (pipeline parallelism)
                     continue
-                known = req.num_tokens + ph
                 if known >= req.max_len:
                     skipped += 1        # its last token is in flight: anticipated finish
                     continue
@@ -206,28 +213,27 @@ class Scheduler:
                 if known - computed != 1 or computed >= last_pos:
                     break
                 if known % bs < 2:
-                    if computed % bs:
-                        # its token completes its last block: publish it (allocate_slots)
-                        kv.cache_blocks(req, min(known, req.num_tokens))
-                    else:
+                    if not computed % bs:
                         # its token starts a block: held already (allocated past its
                         # computed tokens), or one is free and allocate_slots' one-block
-                        # path without reclaim is inlined (the same pop, then the same
-                        # publish); otherwise the general path (a reclaim, or a failure)
+                        # path without reclaim is inlined (the same pop); otherwise the
+                        # general path (a reclaim, or a failure)
                         held = req_blocks.get(req.request_id)
                         if held is None or not computed:
                             break
                         cap = len(held) * bs
-                        if computed < cap:
-                            if not known % bs:      # block_size 1: it completes it too
-                                kv.cache_blocks(req, min(known, req.num_tokens))
-                        elif computed == cap and free_queue.num_free:
+                        if computed == cap and free_queue.num_free:
                             held += pool.get_new_blocks(1)
-                            kv.cache_blocks(req, min(known, req.num_tokens))
-                        else:
+                        elif computed >= cap:
                             break
+                    if not known % bs and known == req.num_tokens:
+                        # its token completes a block, all of whose tokens are known:
+                        # publish it (allocate_slots). With a placeholder, allocate_slots'
+                        # publish (up to num_tokens <= computed tokens) is a no-op: those
+                        # blocks are published already (module docstring, "Publication").
+                        kv.cache_blocks(req, known)
                 req.num_computed_tokens = known
-                req.num_placeholders = ph + 1
+                req.num_known_tokens = known + 1     # a placeholder for its sample
                 sr = pop()          # num_new 1, samples: a recycled entry's shape
                 sr.req = req
                 sr.ctx_before = computed
@@ -433,14 +439,14 @@ class Scheduler:
     def _commit(self, req: Request, num_new: int) -> ScheduledRequest:
         before = req.num_computed_tokens
         req.num_computed_tokens = before + num_new
-        samples = req.num_computed_tokens >= req.num_tokens + req.num_placeholders
+        samples = req.num_computed_tokens >= req.num_known_tokens
         if samples:
-            req.num_placeholders += 1
+            req.num_known_tokens += 1           # a placeholder for its sample
         return ScheduledRequest(req, num_new, before, samples)
 
     def _unschedule(self, sr: ScheduledRequest) -> None:
         if sr.samples:
-            sr.req.num_placeholders -= 1
+            sr.req.num_known_tokens -= 1
         sr.req.num_computed_tokens = sr.ctx_before
 
     def _preempt(self, req: Request) -> None:
@@ -461,6 +467,7 @@ class Scheduler:
                 req.first_token_ns = first_ns
             req.num_computed_tokens += steps
             req.num_tokens += steps
+            req.num_known_tokens += steps      # its placeholder stays
             req.last_token_ns = last_ns
             sr.ctx_before += steps
         pending.decode_kv_sum += steps * pending.num_decodes      # every entry is a decode
@@ -480,7 +487,7 @@ class Scheduler:
             req.first_token_ns = first_ns
         req.num_computed_tokens += steps - 1
         req.num_tokens += steps
-        req.num_placeholders -= 1
+        req.num_known_tokens += steps - 1      # its last token's placeholder is gone
         req.last_token_ns = end_ns
         self._finished(req, end_ns)
         self.num_ff_finishes += 1
@@ -496,7 +503,7 @@ class Scheduler:
             if not sr.samples:
                 continue
             req = sr.req
-            req.num_placeholders -= 1
+            # the placeholder becomes a real token: num_known_tokens stays
             n = req.num_tokens = req.num_tokens + 1
             if req.first_token_ns is None:
                 req.first_token_ns = now_ns

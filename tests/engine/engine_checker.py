@@ -7,7 +7,10 @@ Checked after every ``schedule()``:
   ``len(running) <= max_num_seqs``; preempted and scheduled requests are disjoint;
 - a request's chunk starts where the mirror says, except at admission, where it may start
   later by a whole-block prefix hit of at most ``num_tokens - 1`` tokens;
-- a running request holds exactly ``cdiv(num_computed_tokens, block_size)`` blocks, distinct;
+- a running request holds exactly ``cdiv(num_computed_tokens, block_size)`` blocks, distinct,
+  and no negative placeholder count (``num_known_tokens >= num_tokens``);
+  with prefix caching it has published every full block of tokens both known and computed
+  (the scheduler's publication invariant; also checked after every update);
   a waiting or preempted request holds none and has nothing computed;
 - KV: every block's ``ref_cnt`` equals its number of holders (requests + entries), a block
   is in the free queue iff unreferenced, free + held distinct blocks == usable;
@@ -101,6 +104,7 @@ class EngineChecker:
             assert req not in self.sched.running and req not in list(self.sched.waiting)
         for req in self.sched.running:
             assert req.num_output_tokens < req.max_tokens
+        self.check_published()
 
     # ---- state ------------------------------------------------------------------------
     def check_state(self) -> None:
@@ -112,10 +116,22 @@ class EngineChecker:
             blocks = kv.get_blocks(req.request_id)
             assert len(blocks) == cdiv(req.num_computed_tokens, bs), (req, len(blocks))
             assert len({b.block_id for b in blocks}) == len(blocks)
+            assert req.num_placeholders >= 0, req
+        self.check_published()
         for req in sched.waiting:
             assert req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
             assert req.num_computed_tokens == 0 and kv.get_blocks(req.request_id) == []
         check_kv(kv, self.requests)
+
+    def check_published(self) -> None:
+        """The scheduler's publication invariant (llmservingsim/scheduler.py, "Publication"):
+        a running request's full blocks of known, computed tokens are all published."""
+        kv = self.kv
+        if not kv.enable_caching:
+            return
+        for req in self.sched.running:
+            floor = min(req.num_computed_tokens, req.num_tokens) // kv.block_size
+            assert kv.num_cached_blocks.get(req.request_id, 0) >= floor, (req, floor)
 
     def check_end(self) -> None:
         assert set(self.finished) == set(self.requests), set(self.requests) - set(self.finished)

@@ -12,7 +12,8 @@ OWNERS = {
     r"\.status\s*=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
     r"\.num_computed_tokens\s*[-+]?=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
     r"\.num_tokens\s*[-+]?=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
-    r"\.num_placeholders\s*[-+]?=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
+    r"\.num_placeholders\s*[-+]?=(?!=)": set(),        # a property of the two counts
+    r"\.num_known_tokens\s*[-+]?=(?!=)": {"llmservingsim/scheduler.py", "llmservingsim/request.py"},
     r"\.req_blocks\[[^\]]+\]\s*=|\.req_blocks\[[^\]]+\]\.extend": {"llmservingsim/kv_cache_manager.py"},
 }
 
