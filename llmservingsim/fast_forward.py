@@ -368,29 +368,15 @@ def _events_through(kv, scheduled, allocs: list, pubs: list, fins, events: list,
     of each were), in step-by-step order: each step's allocations (its successor's
     schedule), then its publications and finishes (its end).
 
-    The steps up to the next finish (a *segment*) are applied with one take from the free
-    queue for all their allocations: nothing else in a segment reads or changes the free
-    queue (a publication reads and writes only contents, the prefix map, copies and memos,
-    and a block it publishes is held, so never in the queue), and one take of m blocks is
-    m one-block takes (``FreeBlockQueue.popleft_n``: the same blocks, in order, the same
-    queue after). A finish frees blocks into the queue, so a take never crosses one. What
-    an allocation does besides the take (the reference, the content drop: the prefix map,
-    copies, the memo cut) is done at its own place among the publications, and each
-    publication as ``KVCacheManager.cache_blocks`` does a decode's one block (inlined; any
-    other publication goes through it): a drop and a publication of the same hash, or of
-    the same memo, do not commute. The pool's ``drop_epoch`` changes once per segment that
-    drops (``get_new_blocks`` per call that drops: only its changes are read)."""
+    The steps up to the next finish (a *segment*) are applied by one
+    ``KVCacheManager.apply_decode_events``, whose allocations take their blocks from the
+    free queue at once: nothing else in a segment reads or changes the free queue (a
+    publication reads and writes only contents, the prefix map, copies and memos, and
+    publishes a held block), and one take of m blocks is m one-block takes (the same
+    blocks, in order, the same queue after). A finish frees blocks into the queue, so a
+    take never crosses one."""
     a, p, f = events
     na, np_, nf = len(allocs), len(pubs), len(fins)
-    pool = kv.pool
-    req_blocks = kv.req_blocks
-    ncached = kv.num_cached_blocks
-    caching = kv.enable_caching
-    bs = kv.block_size
-    cached = pool.cached
-    copies = pool.copies
-    setdefault = cached.setdefault
-    dropped = False
     while True:
         end = upto          # this segment's last step: the next finish to apply, or upto
         fin = f < nf and fins[f][0] <= fin_upto
@@ -398,74 +384,9 @@ def _events_through(kv, scheduled, allocs: list, pubs: list, fins, events: list,
             end = fins[f][0]
         a2 = bisect_left(allocs, (end + 1,), a) if a < na else a
         p2 = bisect_left(pubs, (end + 1,), p) if p < np_ else p
-        if not caching:     # publications publish nothing
-            p = p2
-        if a < a2:
-            taken = pool.free_queue.popleft_n(a2 - a)
-            k = 0
-        while a < a2 or p < p2:
-            j = allocs[a][0] if a < a2 else end + 1
-            if p < p2 and pubs[p][0] < j:
-                j = pubs[p][0]
-            while a < a2 and allocs[a][0] == j:
-                block = taken[k]
-                k += 1
-                block.ref_cnt = 1
-                h = block.block_hash
-                if h is not None:       # get_new_blocks' content drop
-                    block.block_hash = None
-                    if copies and h in copies:
-                        pool._drop_copy(block, h)
-                    else:
-                        del cached[h]
-                    memo = block.memo
-                    if memo is not None:        # PrefixMemo.cut, inlined
-                        q = block.memo_pos
-                        if q < memo.valid and memo.blocks[q] is block:
-                            memo.valid = q
-                            memo.cuts += 1
-                    dropped = True
-                req_blocks[scheduled[allocs[a][1]].req.request_id].append(block)
-                a += 1
-            while p < p2 and pubs[p][0] == j:
-                _, i, tokens = pubs[p]
-                p += 1
-                req = scheduled[i].req
-                rid = req.request_id
-                done = ncached.get(rid, 0)
-                if tokens // bs != done + 1 or len(req_blocks[rid]) <= done:
-                    kv.cache_blocks(req, tokens)    # not a decode's one block
-                    continue
-                held = req_blocks[rid]
-                # KVCacheManager.cache_blocks -> BlockPool.cache_next_block, inlined
-                stream = req.stream
-                memos = stream.memos
-                memo = memos.get(pool) if memos is not None else None
-                if memo is None:
-                    memo = pool.memo_of(stream)
-                hashes = memo.hashes
-                if len(hashes) <= done:
-                    hashes = stream.block_hashes(done + 1)
-                block = held[done]
-                ncached[rid] = done + 1
-                if block.block_hash is None:
-                    h = hashes[done]
-                    block.block_hash = h
-                    if setdefault(h, block) is not block:
-                        copies.setdefault(h, []).append(block)
-                    elif memo.valid == done:
-                        block.memo = memo
-                        block.memo_pos = done
-                        listed = memo.blocks
-                        del listed[done:]
-                        listed.append(block)
-                        memo.valid = done + 1
-                        continue
-                if memo.valid == done:
-                    del memo.blocks[done:]
-        if dropped:
-            pool.drop_epoch += 1
-            dropped = False
+        if a < a2 or p < p2:
+            kv.apply_decode_events(scheduled, allocs, a, a2, pubs, p, p2)
+            a, p = a2, p2
         if not fin or fins[f][0] != end:
             break
         group = []
