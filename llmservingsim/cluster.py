@@ -13,6 +13,7 @@ from hooks import CallInfo, Hooks
 
 from .errors import StuckError
 from .events import EventLoop
+from .frozen import maker
 from .instance import Instance
 from .request import CallSpec, Request
 
@@ -43,6 +44,11 @@ class FinishedCall:
     last_token_ns: int
     num_cached_tokens: int
     num_preemptions: int
+
+
+#: positional constructors of the two (once per release / completion; llmservingsim/frozen.py)
+_make_load = maker(InstanceLoad)
+_make_finished = maker(FinishedCall)
 
 
 class Cluster:
@@ -117,7 +123,7 @@ class Cluster:
         pool = kv.pool
         used = pool.num_usable - pool.num_free
         running = inst.scheduler.running
-        return InstanceLoad(len(running), len(inst.scheduler.waiting), pool.usage(),
+        return _make_load(len(running), len(inst.scheduler.waiting), pool.usage(),
                             used * kv.block_size, pool.num_usable * kv.block_size,
                             inst.current.num_tokens if inst.current is not None else 0,
                             sum(map(_num_tokens, running)) - inst.tokens_ahead)
@@ -130,7 +136,7 @@ class Cluster:
             return None     # a prefill leg: the call goes on on its decode instance
         self.requests.pop(req.request_id, None)
         info = self.instances[req.instance].call_info(req)
-        self.finished_calls.append(FinishedCall(
+        self.finished_calls.append(_make_finished(
             info, req.spec, req.queued_ns, req.first_scheduled_ns, req.first_token_ns, req.last_token_ns,
             max(req.num_cached_tokens, 0), req.num_preemptions))
         if self.on_request_finished is not None:

@@ -16,11 +16,15 @@ from hooks import CallInfo, Hooks, RETAINING_KINDS
 
 from .errors import StuckError
 from .fast_forward import try_fast_forward
+from .frozen import maker
 from .events import EventLoop
 from .kv_cache_manager import KVCacheManager, cdiv
 from .request import Request
 from .scheduler import Scheduler, SchedulerOutput
 from .step_timer import StepTimer, StepTiming
+
+#: CallInfo's positional constructor (one or two per call; llmservingsim/frozen.py)
+_make_info = maker(CallInfo)
 
 
 class Instance:
@@ -90,7 +94,7 @@ class Instance:
             self._start(now)
 
     def call_info(self, req: Request) -> CallInfo:
-        return CallInfo(req.request_id, req.owner, self.server, req.arrival_ns, req.prompt_len,
+        return _make_info(req.request_id, req.owner, self.server, req.arrival_ns, req.prompt_len,
                         req.num_tokens, req.first_scheduled_ns, req.finished_ns, req.num_preemptions)
 
     # ---- the step loop ------------------------------------------------------------------

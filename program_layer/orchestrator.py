@@ -25,6 +25,7 @@ from typing import Any, Optional, Sequence
 
 from hooks import CallInfo, RetentionDecision
 from llmservingsim.errors import WorkloadError
+from llmservingsim.frozen import maker
 
 from .dispatch import DispatchPlane
 from .pcb import PCBView, ProgramControlBlock, ToolGapLog
@@ -80,6 +81,10 @@ class ProgramResult:
 #: A released call not yet finished: its program, instance and the priority it ran with
 #: (internal; a tuple because one is made per call)
 _InFlight = namedtuple("_InFlight", ["program_id", "call_index", "instance", "priority", "release_ns"])
+
+#: positional constructors (several per call; llmservingsim/frozen.py)
+_make_record = maker(CallRecord)
+_make_signals = maker(Signals)
 
 #: InflightLoad's static tail when the cluster gives no facts (its defaults)
 _NO_FACTS = tuple(InflightLoad._field_defaults[f] for f in InflightLoad._fields[6:])
@@ -212,7 +217,7 @@ class Orchestrator:
         self._views.pop(flight.program_id, None)
         pcb.apply_completion(info.completion_ns, service, info.context_tokens, call.tool_name,
                              preemptions, last)
-        self._records.append(CallRecord(     # positional, in field order (one per call)
+        self._records.append(_make_record(     # in field order (one per call)
             spec.program_id, spec.session_id, flight.call_index, info.request_id, info.instance,
             flight.priority, flight.release_ns, info.first_scheduled_ns, info.completion_ns,
             service, call.prompt_tokens, call.output_tokens, info.context_tokens,
@@ -276,7 +281,7 @@ class Orchestrator:
 
 
 def _signals(instance: int, load: Any, kv_utilization: Optional[float] = None) -> Signals:
-    return Signals(     # positional, in field order (several per call)
+    return _make_signals(     # in field order (several per call)
         instance, load.kv_utilization if kv_utilization is None else kv_utilization,
         load.num_running, load.num_waiting, load.inflight_tokens, load.kv_used_tokens,
         load.kv_pool_tokens, load.running_context_tokens)

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from llmservingsim.frozen import maker
+
 from .gaps import NS_PER_S, ReadOnly, ToolGapLog
 
 __all__ = ["ProgramControlBlock", "PCBView", "ToolGapLog", "NS_PER_S"]
@@ -140,14 +142,14 @@ class ProgramControlBlock:
         on_target = instance is None or instance == self.kv_instance
         entry = self.kv_entry and on_target
         deadline = self.kv_deadline_ns if entry else None
-        return _new_view((      # PCBView.__slots__ order
+        return _new_view(       # PCBView.__slots__ order
             self.program_id, self.session_id, self.arrival_ns / NS_PER_S, self.call_index,
             self.calls_completed, self.attained_service_ns / NS_PER_S, self.prior_instance,
             bool(entry and deadline is not None and now_ns < deadline), _s(deadline),
             self.kv_resident_tokens if on_target else 0, self.kv_instance,
             self.kv_value if entry else None, self.tool_name, _s(self.gap_start_ns),
             _s(self.gap_end_ns), self.context_tokens, _s(self.release_ns), self.num_preemptions,
-            gaps, self.own_gaps.snapshot()))
+            gaps, self.own_gaps.snapshot())
 
 
 class PCBView(ReadOnly):
@@ -207,8 +209,7 @@ def _fill(view: PCBView, values: tuple) -> None:
         put(view, value)
 
 
-def _new_view(values: tuple) -> PCBView:
-    """A PCBView of ``values`` in ``__slots__`` order (what ``__init__`` takes by name)."""
-    view = object.__new__(PCBView)
-    _fill(view, values)
-    return view
+#: A PCBView of its values in ``__slots__`` order, positionally (what ``__init__`` takes by
+#: name), without ``ReadOnly.__setattr__``: plain slot stores (llmservingsim/frozen.py; a
+#: view is made for most policy calls)
+_new_view = maker(PCBView, PCBView.__slots__)

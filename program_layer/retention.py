@@ -26,6 +26,7 @@ import math
 from typing import Optional
 
 from hooks import EVICT, KVEntryInfo, NONE, RELEASE, RETAINING_KINDS, RetentionDecision, default_eviction_key
+from llmservingsim.frozen import maker
 
 from .policies.checks import InvalidDecision, as_finite, policy_failure
 from .gaps import ReadOnly
@@ -44,16 +45,21 @@ class EntryView(ReadOnly):
 
     def __init__(self, entry: KVEntryInfo, now_ns: int, program: Optional[PCBView]):
         put = object.__setattr__
-        put(self, "owner", entry.owner)
-        put(self, "instance", entry.instance)
-        put(self, "created_s", entry.created_ns / NS_PER_S)
-        put(self, "deadline_s", entry.deadline_ns / NS_PER_S)
-        put(self, "value", entry.value)
-        put(self, "num_blocks", entry.num_blocks)
-        put(self, "seq", entry.seq)
-        put(self, "protected", now_ns < entry.deadline_ns)
-        put(self, "program", program)
-        put(self, "tier", entry.tier)           # "gpu", or the kv_tiers tier holding it
+        for name, value in zip(self.__slots__, _entry_fields(entry, now_ns, program)):
+            put(self, name, value)
+
+
+def _entry_fields(entry: KVEntryInfo, now_ns: int, program: Optional[PCBView]) -> tuple:
+    """EntryView's values in ``__slots__`` order."""
+    return (entry.owner, entry.instance, entry.created_ns / NS_PER_S, entry.deadline_ns / NS_PER_S,
+            entry.value, entry.num_blocks, entry.seq, now_ns < entry.deadline_ns, program,
+            entry.tier)         # tier: "gpu", or the kv_tiers tier holding it
+
+
+#: positional constructors (llmservingsim/frozen.py): an EntryView per eviction-key call, a
+#: RetentionDecision per retaining decision
+_new_entry_view = maker(EntryView, EntryView.__slots__)
+_make_decision = maker(RetentionDecision)
 
 
 class RetentionPlane:
@@ -91,7 +97,8 @@ class RetentionPlane:
         if not self.has_eviction_key:
             return default_eviction_key(entry, now_ns)
         try:
-            raw = self.policy.eviction_key(EntryView(entry, now_ns, program), now_ns / NS_PER_S)
+            raw = self.policy.eviction_key(_new_entry_view(*_entry_fields(entry, now_ns, program)),
+                                            now_ns / NS_PER_S)
             parts = raw if isinstance(raw, tuple) else (raw,)
             # the key is compared later, outside this try: only plain bools, ints and floats
             # go on (any other number as its float), so no policy code runs in that sort
@@ -130,7 +137,7 @@ def to_engine_decision(raw, now_ns: int) -> RetentionDecision:
         deadline_ns = int(round(until * NS_PER_S))
         if deadline_ns <= now_ns:
             return RELEASE
-        return RetentionDecision(kind, deadline_ns, value)
+        return _make_decision(kind, deadline_ns, value)
     raise InvalidDecision(f"returned {raw!r} ({type(raw).__name__}); expected "
                           f"('protect', until[, value]), ('offload', until[, value]), 'release', "
                           f"'evict' or 'none'")
