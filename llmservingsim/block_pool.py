@@ -408,6 +408,40 @@ class BlockPool:
             self.drop_epoch += 1
         return out
 
+    def take_for_decodes(self, n: int) -> list[KVBlock]:
+        """The blocks of ``n`` one-block takes in one (fast-forward's allocations of a segment,
+        ``KVCacheManager.apply_decode_events``; the caller has checked that ``n`` are free),
+        each referenced, its content still to drop: the caller drops it (``drop_taken``) at
+        its own allocation's place among the publications, where a one-block take drops it
+        (a drop and a publication of the same hash or memo do not commute). ``drop_epoch``
+        changes here, once, if any of them has content (only its changes are read)."""
+        out = self.free_queue.popleft_n(n)
+        content = False
+        for block in out:
+            block.ref_cnt = 1
+            if block.block_hash is not None:
+                content = True
+        if content:
+            self.drop_epoch += 1
+        return out
+
+    def drop_taken(self, block: KVBlock) -> None:
+        """Drop the content of ``block`` (taken by ``take_for_decodes``; it has content), as
+        ``get_new_blocks`` drops a taken block's."""
+        h = block.block_hash
+        block.block_hash = None
+        copies = self.copies
+        if copies and h in copies:
+            self._drop_copy(block, h)
+        else:
+            del self.cached[h]
+        memo = block.memo
+        if memo is not None:        # PrefixMemo.cut, inlined
+            p = block.memo_pos
+            if p < memo.valid and memo.blocks[p] is block:
+                memo.valid = p
+                memo.cuts += 1
+
     def _take_runs(self, out: list[KVBlock]) -> None:
         """``get_new_blocks``'s pass over a large take ``out`` (just popped), with the same
         result block by block, but a memo's listed tail taken as one run.

@@ -70,6 +70,7 @@ it (or at its time, in the event now running: the first bulk step).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 
 
 # A run applies at least MIN_STEPS - 1 bulk steps. One pays already: planning it walks the
@@ -364,31 +365,33 @@ def _events_through(kv, scheduled, allocs: list, pubs: list, fins, events: list,
                     fin_upto: int, finish) -> None:
     """Apply the block allocations and publications of bulk steps up to ``upto`` (1-based)
     and the finishes of bulk steps up to ``fin_upto`` not applied yet (``events``: how many
-    of each were), step by step: each step's allocations (its successor's schedule), then
-    its publications and finishes (its end)."""
+    of each were), in step-by-step order: each step's allocations (its successor's
+    schedule), then its publications and finishes (its end).
+
+    The steps up to the next finish (a *segment*) are applied by one
+    ``KVCacheManager.apply_decode_events``, whose allocations take their blocks from the
+    free queue at once: nothing else in a segment reads or changes the free queue (a
+    publication reads and writes only contents, the prefix map, copies and memos, and
+    publishes a held block), and one take of m blocks is m one-block takes (the same
+    blocks, in order, the same queue after). A finish frees blocks into the queue, so a
+    take never crosses one."""
     a, p, f = events
     na, np_, nf = len(allocs), len(pubs), len(fins)
     while True:
-        j = allocs[a][0] if a < na else upto + 1
-        if p < np_ and pubs[p][0] < j:
-            j = pubs[p][0]
-        if f < nf and fins[f][0] < j and fins[f][0] <= fin_upto:
-            j = fins[f][0]
-        if j > upto:
+        end = upto          # this segment's last step: the next finish to apply, or upto
+        fin = f < nf and fins[f][0] <= fin_upto
+        if fin and fins[f][0] < end:
+            end = fins[f][0]
+        a2 = bisect_left(allocs, (end + 1,), a) if a < na else a
+        p2 = bisect_left(pubs, (end + 1,), p) if p < np_ else p
+        if a < a2 or p < p2:
+            kv.apply_decode_events(scheduled, allocs, a, a2, pubs, p, p2)
+            a, p = a2, p2
+        if not fin or fins[f][0] != end:
             break
-        while a < na and allocs[a][0] == j:
-            kv.append_new_block(scheduled[allocs[a][1]].req)
-            a += 1
-        while p < np_ and pubs[p][0] == j:
-            _, i, tokens = pubs[p]
-            kv.cache_blocks(scheduled[i].req, tokens)
-            p += 1
-        if f < nf and fins[f][0] == j:
-            if j > fin_upto:
-                break
-            group = []
-            while f < nf and fins[f][0] == j:
-                group.append(scheduled[fins[f][1]].req)
-                f += 1
-            finish(j, group)
+        group = []
+        while f < nf and fins[f][0] == end:
+            group.append(scheduled[fins[f][1]].req)
+            f += 1
+        finish(end, group)
     events[0], events[1], events[2] = a, p, f

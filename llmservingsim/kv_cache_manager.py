@@ -209,6 +209,56 @@ class KVCacheManager:
         caller has checked that a block is free)."""
         self.req_blocks[req.request_id].extend(self.pool.get_new_blocks(1))
 
+    def apply_decode_events(self, scheduled, allocs: list, a: int, a2: int, pubs: list, p: int,
+                            p2: int) -> None:
+        """Fast-forward's block events of one segment (``fast_forward._events_through``): the
+        allocations ``allocs[a:a2]`` ((bulk step, batch index) of ``scheduled``: one more block
+        for that request, as ``append_new_block``) and publications ``pubs[p:p2]`` ((bulk step,
+        batch index, tokens): as ``cache_blocks``), sorted by step, in step order: a step's
+        allocations, then its publications. The blocks come from one take
+        (``BlockPool.take_for_decodes``: nothing else here reads or changes the free queue, a
+        published block being held); each allocation's content drop is made at its own place.
+        A decode's one-block publication goes to ``BlockPool.cache_next_block`` directly."""
+        pool = self.pool
+        req_blocks = self.req_blocks
+        ncached = self.num_cached_blocks
+        bs = self.block_size
+        if not self.enable_caching:     # publications publish nothing
+            p = p2
+        if a < a2:
+            taken = pool.take_for_decodes(a2 - a)
+            k = 0
+        while a < a2 or p < p2:
+            j = allocs[a][0] if a < a2 else pubs[p][0]
+            if p < p2 and pubs[p][0] < j:
+                j = pubs[p][0]
+            while a < a2 and allocs[a][0] == j:
+                block = taken[k]
+                k += 1
+                if block.block_hash is not None:
+                    pool.drop_taken(block)
+                req_blocks[scheduled[allocs[a][1]].req.request_id].append(block)
+                a += 1
+            while p < p2 and pubs[p][0] == j:
+                _, i, tokens = pubs[p]
+                p += 1
+                req = scheduled[i].req
+                rid = req.request_id
+                done = ncached.get(rid, 0)
+                if tokens // bs != done + 1 or len(req_blocks[rid]) <= done:
+                    self.cache_blocks(req, tokens)      # not a decode's one block
+                    continue
+                stream = req.stream
+                memos = stream.memos
+                memo = memos.get(pool) if memos is not None else None
+                if memo is None:
+                    memo = pool.memo_of(stream)
+                hashes = memo.hashes        # the stream's chain (extended in place)
+                if len(hashes) <= done:
+                    hashes = stream.block_hashes(done + 1)
+                ncached[rid] = done + 1
+                pool.cache_next_block(req_blocks[rid][done], hashes[done], memo, done)
+
     def cache_blocks(self, req: Request, num_tokens: int) -> None:
         """Publish the request's full blocks up to ``num_tokens`` tokens."""
         if not self.enable_caching:
