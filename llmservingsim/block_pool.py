@@ -427,20 +427,8 @@ class BlockPool:
 
     def drop_taken(self, block: KVBlock) -> None:
         """Drop the content of ``block`` (taken by ``take_for_decodes``; it has content), as
-        ``get_new_blocks`` drops a taken block's."""
-        h = block.block_hash
-        block.block_hash = None
-        copies = self.copies
-        if copies and h in copies:
-            self._drop_copy(block, h)
-        else:
-            del self.cached[h]
-        memo = block.memo
-        if memo is not None:        # PrefixMemo.cut, inlined
-            p = block.memo_pos
-            if p < memo.valid and memo.blocks[p] is block:
-                memo.valid = p
-                memo.cuts += 1
+        ``get_new_blocks`` drops a taken block's (its batch counted by the take)."""
+        self._drop_contents((block,), bump=False)
 
     def _take_runs(self, out: list[KVBlock]) -> None:
         """``get_new_blocks``'s pass over a large take ``out`` (just popped), with the same
