@@ -457,16 +457,20 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.prepend(req)
 
-    def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int) -> None:
+    def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int,
+                        ahead: int = 0) -> None:
         """Fast-forward: ``steps`` decode cycles of the batch ``pending`` (every request
         computed and sampled ``steps`` more tokens; the last sampled at ``last_ns``, a first
-        token, if any, at ``first_ns``); ``pending`` becomes the batch after them."""
+        token, if any, at ``first_ns``); ``pending`` becomes the batch after them. ``ahead``
+        (0 or 1): the tokens ``pending`` itself samples are taken as sampled too (its end
+        applied ahead; last_ns is that end)."""
+        tokens = steps + ahead
         for sr in pending.scheduled:
             req = sr.req
             if req.first_token_ns is None:     # a last 1-token prefill chunk samples its first token
                 req.first_token_ns = first_ns
             req.num_computed_tokens += steps
-            req.num_tokens += steps
+            req.num_tokens += tokens
             req.num_known_tokens += steps      # its placeholder stays
             req.last_token_ns = last_ns
             sr.ctx_before += steps
