@@ -10,7 +10,7 @@ status; the waiting queue; the free blocks) equals step mode's at the same launc
 """
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
 
 import llmservingsim.fast_forward as ff
 from llmservingsim.errors import StuckError
