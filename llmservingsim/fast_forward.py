@@ -259,16 +259,12 @@ def _launch_ahead(inst, nxt, t: int, timing, late: list) -> None:
     but for its publications (``late``: the requests whose token completes a block, in
     batch order): its schedule sees those requests one token short (a placeholder, as in
     step mode), then the publications are made, as ``update_from_output`` makes them."""
-    for req in late:
-        req.num_tokens -= 1
+    sched = inst.scheduler
+    sched.hold_back(late)
     inst.tokens_ahead = 0
     inst._launch(nxt, t, timing)
     inst.applied_ahead = True
-    kv = inst.kv
-    for req in late:
-        n = req.num_tokens = req.num_tokens + 1
-        if req.status == RUNNING:
-            kv.cache_blocks(req, min(req.num_computed_tokens, n))
+    sched.publish_ahead(late)
     pending = inst.pending
     if pending.preempted:       # only the batch's requests still running hold a token ahead
         inst.tokens_ahead = sum(1 for sr in nxt.scheduled if sr.req.status == RUNNING)

@@ -481,6 +481,24 @@ class Scheduler:
         if self.waiting:
             self.num_ff_queued_steps += steps
 
+    def hold_back(self, reqs: list) -> None:
+        """Fast-forward's ahead launch (llmservingsim/fast_forward.py): ``reqs``, whose
+        sampled token in flight completes a block and was applied ahead, are one token
+        short again (that token a placeholder, as in step mode) for the launch's schedule."""
+        for req in reqs:
+            req.num_tokens -= 1
+
+    def publish_ahead(self, reqs: list) -> None:
+        """After the ahead launch's schedule: ``reqs`` (``hold_back``) get their token back,
+        and each publishes the block it completes, as ``update_from_output`` does (a
+        request the schedule preempted publishes nothing)."""
+        kv = self.kv
+        RUNNING = RequestStatus.RUNNING
+        for req in reqs:
+            n = req.num_tokens = req.num_tokens + 1
+            if req.status == RUNNING:
+                kv.cache_blocks(req, min(req.num_computed_tokens, n))
+
     def finish_decode(self, req: Request, steps: int, first_ns: int, end_ns: int) -> None:
         """Fast-forward: the running decode ``req`` sampled its last token in the ``steps``-th
         of its bulk steps, which ended at ``end_ns`` (a first token, if none yet, at
