@@ -25,7 +25,7 @@ count-only request) needs no hashing: its chain is a function of ``(uid, b)`` al
 before block 0), so block b's identity is the int ``STREAM_BASE + (uid << STREAM_SHIFT) + b``,
 appended a range at a time in C. It stands for the chained hash exactly: two pure-stream
 identities are equal iff their ``(uid, b)`` are (``uid < 2**STREAM_SHIFT`` and a chain is
-shorter than ``2**STREAM_SHIFT`` blocks; a longer one raises), which is when the chained hashes
+at most ``2**STREAM_SHIFT`` blocks; a longer one raises), which is when the chained hashes
 were equal; and every such identity is at least ``2**64``, above any value ``hash()`` returns,
 so it equals no hashed identity (explicit ids, hash ids, a forked stream's own blocks). Nothing
 reads an identity but to compare it for equality or use it as a dict key (no output holds one,
@@ -40,6 +40,7 @@ BLOCK_TAG_HASHED = 2
 # a pure stream's block identities: STREAM_BASE + (uid << STREAM_SHIFT) + b (module docstring)
 STREAM_BASE = 1 << 64
 STREAM_SHIFT = 40
+AHEAD = 16      # blocks a pure stream's chain is extended past the blocks asked for
 
 
 class TokenStream:
@@ -80,9 +81,11 @@ class TokenStream:
             return hashes
         base = self._base
         if base is not None:        # a pure stream: (uid, b) as one int per block, in C
-            if n_blocks > 1 << STREAM_SHIFT:
+            if n_blocks + AHEAD > 1 << STREAM_SHIFT:
                 raise ValueError(f"a stream of {n_blocks} blocks (at most {1 << STREAM_SHIFT})")
-            hashes.extend(range(base + len(hashes), base + n_blocks))
+            # AHEAD more: a decode asks for one more block at a time (callers read below
+            # n_blocks only, so a longer chain changes nothing they see)
+            hashes.extend(range(base + len(hashes), base + n_blocks + AHEAD))
             return hashes
         if not hashes and self._shared_blocks:
             hashes.extend(self._parent.block_hashes(self._shared_blocks)[:self._shared_blocks])
