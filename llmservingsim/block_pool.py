@@ -579,6 +579,18 @@ class BlockPool:
         in that order, or, with ``drop_content``, those that had content its front (the
         last freed first, as one ``appendleft`` each would place them)."""
         self.free_epoch += 1
+        if not self.num_multi and not pinned and not drop_content:
+            # no block has two references: each of these (a request's, held) has one, so
+            # every one is freed and no count but the queue's changes (the loop below, with
+            # no branch taken but the first)
+            queue = self.free_queue
+            run = queue.open_run()
+            freed = run.blocks = list(ordered)
+            for block in freed:
+                block.ref_cnt = 0
+                block.free_run = run
+            queue.close_run(run)
+            return
         if pinned and self.lazy_pins:
             self.materialize()
         if drop_content:        # queued below, once it is known which keep content

@@ -395,9 +395,11 @@ class InstanceTiers:
             for h in hs:
                 s.blocks[h].ref += 1
         n = (req.num_tokens - 1) // self.kv.block_size
-        all_hashes = req.stream.block_hashes(n)
+        # the lookup's blocks: the stream's cached chain may run past them (an earlier use of
+        # the stream extended it), and what is touched must not depend on that
+        prefix = req.stream.block_hashes(n)[:n]
         for s in self.stores:
-            s.touch(all_hashes)
+            s.touch(prefix)
             s.unpin(req.owner)          # the successor holds what it needs now
         self.loading[req.request_id] = _Load(req, gpu_blocks, parts)
 

@@ -18,6 +18,18 @@ equal prefixes give equal hash chains. Chains are computed once per stream and c
 which keeps prefix lookups of 100k-token contexts cheap across a program's many calls.
 Python's hash of int tuples is not randomised between runs, so chains are reproducible.
 ``block_hashes`` always returns the same list, extended in place.
+
+A *pure* stream (its every block a ``(stream uid, block index)`` block: no parent blocks, no
+explicit ids or hash ids covering a whole block; an agent trace's program streams and every
+count-only request) needs no hashing: its chain is a function of ``(uid, b)`` alone (nothing
+before block 0), so block b's identity is the int ``STREAM_BASE + (uid << STREAM_SHIFT) + b``,
+appended a range at a time in C. It stands for the chained hash exactly: two pure-stream
+identities are equal iff their ``(uid, b)`` are (``uid < 2**STREAM_SHIFT`` and a chain is
+at most ``2**STREAM_SHIFT`` blocks; a longer one raises), which is when the chained hashes
+were equal; and every such identity is at least ``2**64``, above any value ``hash()`` returns,
+so it equals no hashed identity (explicit ids, hash ids, a forked stream's own blocks). Nothing
+reads an identity but to compare it for equality or use it as a dict key (no output holds one,
+no order depends on its value), so the results are those of the chained hashes.
 """
 from __future__ import annotations
 
@@ -25,11 +37,15 @@ from typing import Optional, Sequence
 
 BLOCK_TAG_STREAM = 1
 BLOCK_TAG_HASHED = 2
+# a pure stream's block identities: STREAM_BASE + (uid << STREAM_SHIFT) + b (module docstring)
+STREAM_BASE = 1 << 64
+STREAM_SHIFT = 40
+AHEAD = 16      # blocks a pure stream's chain is extended past the blocks asked for
 
 
 class TokenStream:
     __slots__ = ("uid", "block_size", "_parent", "_shared_blocks", "_ids", "_hash_ids",
-                 "_hash_block_tokens", "_prompt_len", "_hashes", "memos")
+                 "_hash_block_tokens", "_prompt_len", "_hashes", "memos", "_base")
 
     def __init__(self, uid: int, block_size: int, *, parent: Optional["TokenStream"] = None,
                  shared_tokens: int = 0, ids: Optional[Sequence[int]] = None,
@@ -45,6 +61,11 @@ class TokenStream:
         self._prompt_len = prompt_len
         self._hashes: list[int] = []
         self.memos: Optional[dict] = None   # per KV pool, its block_pool.PrefixMemo (pools only)
+        # a pure stream's identity of block 0 (module docstring), else None (chained hashes)
+        pure = (not self._shared_blocks and (ids is None or len(ids) < block_size)
+                and (hash_ids is None or not hash_ids or prompt_len < block_size))
+        self._base = (STREAM_BASE + (uid << STREAM_SHIFT)
+                      if pure and 0 <= uid < 1 << STREAM_SHIFT else None)
 
     def block_hashes(self, n_blocks: int) -> list[int]:
         """The chained hashes of the first ``n_blocks`` full blocks (a cached list; callers
@@ -53,9 +74,18 @@ class TokenStream:
         Block b's identity: its explicit ids while they cover it; else, inside the prompt
         and the hash ids, ``(BLOCK_TAG_HASHED, hash id, offset)``; else
         ``(BLOCK_TAG_STREAM, uid, b)``. Each condition holds for a prefix of the blocks, so
-        the blocks fall in three consecutive runs, each hashed in its own loop."""
+        the blocks fall in three consecutive runs, each hashed in its own loop. A pure
+        stream's blocks are all of the last kind: its identities are ints in a range."""
         hashes = self._hashes
         if len(hashes) >= n_blocks:
+            return hashes
+        base = self._base
+        if base is not None:        # a pure stream: (uid, b) as one int per block, in C
+            if n_blocks + AHEAD > 1 << STREAM_SHIFT:
+                raise ValueError(f"a stream of {n_blocks} blocks (at most {1 << STREAM_SHIFT})")
+            # AHEAD more: a decode asks for one more block at a time (callers read below
+            # n_blocks only, so a longer chain changes nothing they see)
+            hashes.extend(range(base + len(hashes), base + n_blocks + AHEAD))
             return hashes
         if not hashes and self._shared_blocks:
             hashes.extend(self._parent.block_hashes(self._shared_blocks)[:self._shared_blocks])

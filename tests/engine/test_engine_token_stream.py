@@ -1,11 +1,15 @@
 """``TokenStream.block_hashes`` (its blocks hashed in three runs: explicit ids, hash ids,
 the stream's own) equals the chain of the per-block identities written out one block at a
-time, however the chain is extended (one call, or many growing calls) and with a parent."""
+time, however the chain is extended (one call, or many growing calls) and with a parent; a
+pure stream's ints stand for that chain exactly (the same equalities, none with a hash)."""
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from llmservingsim.tokens import BLOCK_TAG_HASHED, BLOCK_TAG_STREAM, TokenStream
+import pytest
+
+from llmservingsim.tokens import (BLOCK_TAG_HASHED, BLOCK_TAG_STREAM, STREAM_BASE, STREAM_SHIFT,
+                                  TokenStream)
 
 
 def _key(s: TokenStream, b: int):
@@ -20,13 +24,26 @@ def _key(s: TokenStream, b: int):
     return (BLOCK_TAG_STREAM, s.uid, b)
 
 
-def _reference(s: TokenStream, n: int, parent_hashes: list) -> list:
+def _chain(s: TokenStream, n: int, parent_hashes: list) -> list:
+    """The chained hashes of the per-block identities (every stream's rule before pure
+    streams had ints)."""
     out = list(parent_hashes[:min(s._shared_blocks, n)]) if s._parent is not None else []
     prev = out[-1] if out else 0
     for b in range(len(out), n):
         prev = hash((prev, _key(s, b)))
         out.append(prev)
     return out
+
+
+def _pure(s: TokenStream) -> bool:
+    """Every block is a (uid, b) block: no parent blocks, and block 0's key is the stream's."""
+    return not s._shared_blocks and _key(s, 0) == (BLOCK_TAG_STREAM, s.uid, 0)
+
+
+def _reference(s: TokenStream, n: int, parent_hashes: list) -> list:
+    if _pure(s):
+        return [STREAM_BASE + (s.uid << STREAM_SHIFT) + b for b in range(n)]
+    return _chain(s, n, parent_hashes)
 
 
 @st.composite
@@ -41,7 +58,7 @@ def _streams(draw):
     if draw(st.booleans()):
         parent = TokenStream(7, bs, ids=draw(st.none() | st.lists(st.integers(0, 5), max_size=60)))
         shared = draw(st.integers(0, 100))
-    s = TokenStream(3, bs, parent=parent, shared_tokens=shared, ids=ids, hash_ids=hash_ids,
+    s = TokenStream(draw(st.sampled_from([3, 0, (1 << STREAM_SHIFT) - 1])), bs, parent=parent, shared_tokens=shared, ids=ids, hash_ids=hash_ids,
                     hash_block_tokens=hbt, prompt_len=prompt_len)
     return s, draw(st.lists(st.integers(0, 120), min_size=1, max_size=5))
 
@@ -55,3 +72,30 @@ def test_block_hashes_equal_the_per_block_chain(case):
         parent = s._parent.block_hashes(s._shared_blocks) if s._parent is not None else []
         assert len(got) >= n
         assert got == _reference(s, len(got), parent)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 40)), min_size=2, max_size=12),
+       st.sampled_from([1, 16]), st.booleans())
+def test_pure_stream_ints_have_the_chained_hashes_equalities(blocks, bs, with_ids):
+    """Blocks (uid, b) of pure streams (some with ids shorter than a block): two ints are
+    equal iff the chained hashes they stand for are, and none equals a hashed identity."""
+    def stream(uid):
+        return TokenStream(uid, bs, ids=[5] * (bs - 1) if with_ids else None)
+    ints = [stream(u).block_hashes(b + 1)[b] for u, b in blocks]
+    chained = [_chain(stream(u), b + 1, [])[b] for u, b in blocks]
+    for i in range(len(blocks)):
+        assert ints[i] >= 1 << 64 > max(chained)       # hash() is below 2**63
+        for j in range(len(blocks)):
+            assert (ints[i] == ints[j]) == (chained[i] == chained[j]) == (blocks[i] == blocks[j])
+    forked = TokenStream(3, bs, parent=stream(3), shared_tokens=bs)     # not pure: chained
+    assert forked._base is None and forked.block_hashes(3)[2] < 1 << 63
+
+
+def test_pure_stream_bounds():
+    """A uid past the shift falls back to chained hashes; a chain past it raises."""
+    assert TokenStream(1 << STREAM_SHIFT, 16)._base is None
+    assert TokenStream(-1, 16)._base is None
+    s = TokenStream(5, 16)
+    with pytest.raises(ValueError):
+        s.block_hashes((1 << STREAM_SHIFT) + 1)
