@@ -66,37 +66,11 @@ run as before S's end (both were scheduled later: the launch at planning, S's en
 launch), and events scheduled inside S for S's end run after either. An event at exactly
 S's start belongs to the step before (that step ends at or after it), so S starts before
 it (or at its time, in the event now running: the first bulk step).
-
-The launch after a spanning run (issue 15). That launch (of S+1, at S's end) runs the
-schedule that admits what the events did, so it stays an executed launch; but S+1's end,
-whose only work is ``update_from_output``'s walk (one sampled token each), is applied by the
-run's bulk update (``advance_decodes(..., ahead=1)``: tokens and last-token time) when it
-finishes nobody and no pipeline stage skips tokens in flight (``skip_in_flight`` reads them).
-Its publications, the blocks that S+1's tokens complete, are made at the launch right after
-its schedule, in batch order, as ``update_from_output`` makes them; its end only moves on
-(``Instance.applied_ahead``). Why exact:
-- the schedule at S+1's launch reads a running request's tokens only as ``known ==
-  num_tokens`` where ``known`` completes a block (decode run) and as ``min(total,
-  num_tokens) // block_size`` (``allocate_slots``): for a request whose S+1 token does not
-  complete a block, one token more changes neither; those whose token does (the late
-  publications) are set one token short around the schedule, as in step mode;
-- the publications come after that schedule's allocations and lookups, as in step mode
-  (where they come at S+1's end, after it); between S+1's launch and end nothing reads the
-  prefix cache or the tokens (the span conditions above: submits only queue; ``Cluster.load``
-  subtracts ``tokens_ahead``, two per request inside S, one after S+1's launch for each
-  request of its batch still running), and a publication changes no count the loads or the
-  metrics watcher read;
-- a request the schedule preempts gets its token as step mode's update gives it (a preempted
-  request publishes nothing there), and nobody finishes at S+1's end (its last token).
 """
 from __future__ import annotations
 
 import math
 from bisect import bisect_left
-
-from .request import RequestStatus
-
-RUNNING = RequestStatus.RUNNING
 
 
 # A run applies at least MIN_STEPS - 1 bulk steps. One pays already: planning it walks the
@@ -199,15 +173,7 @@ def try_fast_forward(inst, nxt) -> bool:
     # ... their block allocations must fit in the free blocks (none can fail; a finish only
     # adds free blocks) ...
     through = order is not None     # the plan reached a finish (it may have stopped there)
-    # a spanning run plans the end of the step after it too (module docstring, "The launch
-    # after a spanning run"): its publications are applied at its launch
-    allocs, pubs = _block_events(inst, scheduled, steps + 1 if span else steps, lefts if through else None)
-    late = None
-    if span:
-        del allocs[bisect_left(allocs, (steps + 1,)):]     # the launch's own schedule makes these
-        k = bisect_left(pubs, (steps + 1,))
-        late = pubs[k:]
-        del pubs[k:]
+    allocs, pubs = _block_events(inst, scheduled, steps, lefts if through else None)
     free = inst.kv.pool.num_free
     if len(allocs) > free:
         steps = allocs[free][0] - 1            # the (free+1)-th allocation happens in that step
@@ -226,23 +192,12 @@ def try_fast_forward(inst, nxt) -> bool:
     if steps < len(times):
         t, timing = times[steps]
         del times[steps:]
-        span = False
-    # the end of the step launched after a spanning run is applied ahead when it finishes
-    # nobody (its last token) and no pipeline stage reads the tokens in flight
-    ahead = span and not sched.skip_in_flight and steps + 1 not in lefts
-    _apply(inst, nxt, times, allocs, pubs, fins, lefts,
-           t + timing.total_ns if ahead else None)
-    if span:                # the events inside the last bulk step see it in flight
+    _apply(inst, nxt, times, allocs, pubs, fins, lefts)
+    if span and steps == len(times):    # the events inside the last bulk step see it in flight
         inst.current = nxt              # the same batch: its num_tokens is that step's
         inst.step_end_ns = t
-        m = len(nxt.scheduled)
-        if ahead:
-            inst.tokens_ahead = 2 * m   # that step's tokens and the next one's
-            reqs = [scheduled[i].req for _, i, _ in late]
-            loop.schedule(t, lambda: _launch_ahead(inst, nxt, t, timing, reqs))
-        else:
-            inst.tokens_ahead = m
-            loop.schedule(t, lambda: _launch_after_span(inst, nxt, t, timing))
+        inst.tokens_ahead = len(nxt.scheduled)
+        loop.schedule(t, lambda: _launch_after_span(inst, nxt, t, timing))
     else:
         loop.schedule(t, lambda: inst._launch(nxt, t, timing))
     return True
@@ -252,24 +207,6 @@ def _launch_after_span(inst, nxt, t: int, timing) -> None:
     """The launch after a run that spans events: the step in flight has ended."""
     inst.tokens_ahead = 0
     inst._launch(nxt, t, timing)
-
-
-def _launch_ahead(inst, nxt, t: int, timing, late: list) -> None:
-    """The launch after a run that spans events, whose step's end the run applied already
-    but for its publications (``late``: the requests whose token completes a block, in
-    batch order): its schedule sees those requests one token short (a placeholder, as in
-    step mode), then the publications are made, as ``update_from_output`` makes them."""
-    sched = inst.scheduler
-    sched.hold_back(late)
-    inst.tokens_ahead = 0
-    inst._launch(nxt, t, timing)
-    inst.applied_ahead = True
-    sched.publish_ahead(late)
-    pending = inst.pending
-    if pending.preempted:       # only the batch's requests still running hold a token ahead
-        inst.tokens_ahead = sum(1 for sr in nxt.scheduled if sr.req.status == RUNNING)
-    else:
-        inst.tokens_ahead = len(nxt.scheduled)
 
 
 def _until_unblocked(scheduled, steps: int, bs: int, k: int, h: int) -> int:
@@ -340,7 +277,7 @@ def _block_events(inst, scheduled, max_step: int, lefts=None) -> tuple[list, lis
     return allocs, pubs
 
 
-def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list, ahead_ns=None) -> None:
+def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list) -> None:
     """Apply bulk steps N+1..N+steps (one per ``times`` entry) in step-by-step order: launch
     of N+j (metrics), the schedule of N+j+1 (block allocations), the end of N+j (sampled
     token; a completed block is published; ``fins``: (j, batch index) of the requests it
@@ -409,11 +346,8 @@ def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list, ahead_
         nxt.scheduled = [sr for sr, left in zip(scheduled, lefts) if left > steps]
         nxt.retally_decodes()
         nxt.first_admitted = len(nxt.scheduled)     # every entry was stamped above
-    if ahead_ns is None:
-        inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
-                                       times[-1][0] + times[-1][1].total_ns)
-    else:                   # and the next step's end, at ahead_ns (its sampled tokens)
-        inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns, ahead_ns, 1)
+    inst.scheduler.advance_decodes(nxt, steps, times[0][0] + times[0][1].total_ns,
+                                   times[-1][0] + times[-1][1].total_ns)
 
 
 def _finish(inst, group: list, j: int, end_ns: int, first_ns: int) -> None:

@@ -41,9 +41,6 @@ class Instance:
     # spans events, each running request's token sampled by the step in flight, whose end
     # the run applied already (``Cluster.load`` subtracts them; 0 otherwise)
     tokens_ahead = 0
-    # the step in flight is one whose output fast-forward applied at its launch (its end
-    # only moves on: ``_end_step``)
-    applied_ahead = False
 
     def __init__(self, index: int, loop: EventLoop, scheduler: Scheduler, timer: StepTimer,
                  hooks: Hooks, async_scheduling: bool, on_finished: Callable[[Request, int], Optional[CallInfo]],
@@ -147,18 +144,11 @@ class Instance:
     def _end_step(self) -> None:
         now = self.loop.now
         out, self.current = self.current, None
-        if self.applied_ahead:
-            # fast-forward applied this step's output at its launch, after a run that spans
-            # events (llmservingsim/fast_forward.py): it finished nobody, and there are no
-            # KV tiers to store anything (``may_span``)
-            self.applied_ahead = False
-            self.tokens_ahead = 0
-        else:
-            finished = self.scheduler.update_from_output(out, now)
-            if self.tiers is not None:          # kv_tiers: store the step's new full blocks
-                self.tiers.after_step(out, now)
-            for req in finished:
-                self._finish(req, now)
+        finished = self.scheduler.update_from_output(out, now)
+        if self.tiers is not None:          # kv_tiers: store the step's new full blocks
+            self.tiers.after_step(out, now)
+        for req in finished:
+            self._finish(req, now)
         self.scheduler.recycle(out)     # the step is over: its entries serve the next passes
         nxt, self.pending = self.pending, None
         if nxt:

@@ -457,20 +457,16 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.prepend(req)
 
-    def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int,
-                        ahead: int = 0) -> None:
+    def advance_decodes(self, pending: SchedulerOutput, steps: int, first_ns: int, last_ns: int) -> None:
         """Fast-forward: ``steps`` decode cycles of the batch ``pending`` (every request
         computed and sampled ``steps`` more tokens; the last sampled at ``last_ns``, a first
-        token, if any, at ``first_ns``); ``pending`` becomes the batch after them. ``ahead``
-        (0 or 1): the tokens ``pending`` itself samples are taken as sampled too (its end
-        applied ahead; last_ns is that end)."""
-        tokens = steps + ahead
+        token, if any, at ``first_ns``); ``pending`` becomes the batch after them."""
         for sr in pending.scheduled:
             req = sr.req
             if req.first_token_ns is None:     # a last 1-token prefill chunk samples its first token
                 req.first_token_ns = first_ns
             req.num_computed_tokens += steps
-            req.num_tokens += tokens
+            req.num_tokens += steps
             req.num_known_tokens += steps      # its placeholder stays
             req.last_token_ns = last_ns
             sr.ctx_before += steps
@@ -480,24 +476,6 @@ class Scheduler:
         self.num_ff_steps += steps
         if self.waiting:
             self.num_ff_queued_steps += steps
-
-    def hold_back(self, reqs: list) -> None:
-        """Fast-forward's ahead launch (llmservingsim/fast_forward.py): ``reqs``, whose
-        sampled token in flight completes a block and was applied ahead, are one token
-        short again (that token a placeholder, as in step mode) for the launch's schedule."""
-        for req in reqs:
-            req.num_tokens -= 1
-
-    def publish_ahead(self, reqs: list) -> None:
-        """After the ahead launch's schedule: ``reqs`` (``hold_back``) get their token back,
-        and each publishes the block it completes, as ``update_from_output`` does (a
-        request the schedule preempted publishes nothing)."""
-        kv = self.kv
-        RUNNING = RequestStatus.RUNNING
-        for req in reqs:
-            n = req.num_tokens = req.num_tokens + 1
-            if req.status == RUNNING:
-                kv.cache_blocks(req, min(req.num_computed_tokens, n))
 
     def finish_decode(self, req: Request, steps: int, first_ns: int, end_ns: int) -> None:
         """Fast-forward: the running decode ``req`` sampled its last token in the ``steps``-th
