@@ -4,6 +4,7 @@ log and runs our `python -m astrasim` on the same files (which prints upstream's
 tests/astrasim/test_upstream_golden.py checks the two agree)."""
 from __future__ import annotations
 
+import csv
 import subprocess
 import sys
 from pathlib import Path
@@ -59,12 +60,22 @@ def test_each_distinct_step_is_run_once_by_the_binary_and_its_report_is_the_step
         assert value >= comm.inner.exposed_comm_ns(shape)
 
 
+# One program of two calls, the second extending the first's context after a tool gap: a
+# prefill, decode steps and a prefix-cached prefill, i.e. a handful of distinct step graphs
+# (each one a run of the binary: two Python processes). A generated SWE-bench program ran 47
+# calls and 40 binaries, 13 s of CPU, for the same check.
+TWO_CALLS = ('{"session_id": "s0", "arrival_time_ns": 0, "sub_requests": ['
+             '{"input_toks": 300, "output_toks": 20, "tool_duration_ns": 100000000, "tool_name": "bash"}, '
+             '{"input_toks": 350, "output_toks": 10, "tool_duration_ns": 0, "tool_name": "bash"}]}\n')
+
+
 def run_on_fake_binary(tmp_path, parallelism: str) -> subprocess.CompletedProcess:
-    """``agentservesim run`` of one SWE-bench program on the fake binary (a child process)."""
+    """``agentservesim run`` of a two-call program (``TWO_CALLS``) on the fake binary (a child process)."""
     binary = fake_binary(tmp_path)
+    (tmp_path / "w.jsonl").write_text(TWO_CALLS)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"model: meta-llama/Llama-3.1-8B\nhardware: RTXPRO6000\nparallelism: {parallelism}\n"
-                   "workload: {generator: swebench, programs: 1, rate_jps: 0.1, seed: 0}\n"
+                   f"workload: {{path: {tmp_path / 'w.jsonl'}}}\n"
                    f"network: {{backend: astra-sim, binary: {binary}}}\n")
     return subprocess.run([sys.executable, "-m", "program_layer.cli", "run", str(cfg), "--quiet", "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, cwd=REPO)
@@ -75,6 +86,10 @@ def test_a_serving_run_on_the_binary_completes_and_says_which_backend(tmp_path):
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "calls.log").read_text().count("\n") >= 1
     assert "backend: astra-sim" in (tmp_path / "out" / "config.yaml").read_text()
+    with (tmp_path / "out" / "calls.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["output_tokens"] for r in rows] == ["20", "10"]          # both calls served,
+    assert int(rows[1]["cached_tokens"]) > 0                           # the second on a prefix hit
 
 
 def test_a_failing_binary_is_one_error_naming_the_backend(tmp_path):
