@@ -58,7 +58,8 @@ def _streams(draw):
     if draw(st.booleans()):
         parent = TokenStream(7, bs, ids=draw(st.none() | st.lists(st.integers(0, 5), max_size=60)))
         shared = draw(st.integers(0, 100))
-    s = TokenStream(draw(st.sampled_from([3, 0, (1 << STREAM_SHIFT) - 1])), bs, parent=parent, shared_tokens=shared, ids=ids, hash_ids=hash_ids,
+    uid = draw(st.sampled_from([3, 0, (1 << STREAM_SHIFT) - 1]))     # the pure ints' edge uids too
+    s = TokenStream(uid, bs, parent=parent, shared_tokens=shared, ids=ids, hash_ids=hash_ids,
                     hash_block_tokens=hbt, prompt_len=prompt_len)
     return s, draw(st.lists(st.integers(0, 120), min_size=1, max_size=5))
 
