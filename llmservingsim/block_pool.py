@@ -564,9 +564,15 @@ class BlockPool:
         del self.lazy_pins[id(blocks)]
         self.free_epoch += 1
         self.entry_only -= len(blocks)
+        self._free_sole(blocks[::-1])
+
+    def _free_sole(self, freed: list[KVBlock]) -> None:
+        """Free ``freed``, each block's last reference (its one holder's), as one run at the
+        queue's back in that order: what ``free_blocks``' loop does when every block it
+        meets reaches ``ref_cnt == 0``, with no count but the queue's to change."""
         queue = self.free_queue
         run = queue.open_run()
-        freed = run.blocks = blocks[::-1]
+        run.blocks = freed
         for block in freed:
             block.ref_cnt = 0
             block.free_run = run
@@ -583,13 +589,7 @@ class BlockPool:
             # no block has two references: each of these (a request's, held) has one, so
             # every one is freed and no count but the queue's changes (the loop below, with
             # no branch taken but the first)
-            queue = self.free_queue
-            run = queue.open_run()
-            freed = run.blocks = list(ordered)
-            for block in freed:
-                block.ref_cnt = 0
-                block.free_run = run
-            queue.close_run(run)
+            self._free_sole(list(ordered))
             return
         if pinned and self.lazy_pins:
             self.materialize()
