@@ -3,7 +3,8 @@
 Ownership: ``status``, ``num_computed_tokens`` and ``num_known_tokens`` are written only by
 the scheduler; ``num_tokens`` grows only in ``Scheduler.update_from_output`` (a sampled
 token becomes known), ``Scheduler.advance_decodes`` and ``Scheduler.finish_decode``
-(fast-forward); token timestamps are written there too, ``queued_ns`` and ``first_scheduled_ns`` by the instance that runs the request.
+(fast-forward); token timestamps are written there too, ``queued_ns`` and
+``first_scheduled_ns`` by the instance that runs the request.
 """
 from __future__ import annotations
 
