@@ -295,6 +295,8 @@ def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list) -> Non
     on_decode = inst._on_decode_steps
     n = len(scheduled)
     steps = len(times)
+    if inst.tiers is not None:      # each bulk step's end stores its new full blocks
+        inst.tiers.after_decode_run(scheduled, times)
     for k in range(nxt.first_admitted, n):     # a call admitted as a "decode" (all but its last
         req = scheduled[k].req                  # token hit); SchedulerOutput.first_admitted
         if req.first_scheduled_ns is None:

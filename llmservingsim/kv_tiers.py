@@ -44,6 +44,7 @@ entries that name it. Nothing here runs unless ``kv_tiers`` is configured.
 """
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -314,6 +315,48 @@ class InstanceTiers:
                 continue
             n = min(sr.ctx_before + sr.num_new, req.num_tokens, req.num_computed_tokens) // bs
             self._store(req, n, now_ns)
+
+    def after_decode_run(self, scheduled: list, times: list) -> None:
+        """``after_step`` at the end of each bulk step of a fast-forward run (before its
+        per-request counters move): ``scheduled`` is the batch of the run's first bulk step
+        N+1, in batch order, every entry a one-token decode; ``times[j - 1]`` is ``(start,
+        timing)`` of bulk step N+j. Nobody finishes, is admitted or preempted in the run,
+        and nothing else reads or changes the tiers' stores and links until it ends (any
+        other use of them is an event, and a run ends before the next event), so the
+        stores are made here at once, at their steps' end times, in step-by-step order.
+
+        At the end of bulk step j an entry's ``after_step`` count is ``min(ctx_before +
+        num_new, num_tokens, num_computed_tokens) // bs`` = ``(m + j) // bs`` with ``m =
+        min(ctx_before, num_tokens, num_computed_tokens - 1)`` read now (each term grows by
+        one per step: the step's token is computed, one sampled, its successor scheduled).
+        A store is attempted only where that count exceeds the request's ``next_store``
+        (elsewhere ``_store`` returns at once): after a stored block, at the step that
+        completes the next one; after a refused store (a full tier), at every step, as
+        ``after_step`` retries it. The attempts run in (step, batch index) order."""
+        if not times:
+            return
+        bs = self.kv.block_size
+        next_store = self.next_store
+        steps = len(times)
+        due = []                    # (bulk step, batch index, m) of each entry's next attempt
+        for i, sr in enumerate(scheduled):
+            req = sr.req
+            if req.request_id in self.loading:
+                continue
+            m = min(sr.ctx_before, req.num_tokens, req.num_computed_tokens - 1)
+            j = max(1, (next_store.get(req.request_id, 0) + 1) * bs - m)
+            if j <= steps:
+                due.append((j, i, m))
+        heapq.heapify(due)
+        while due:
+            j, i, m = heapq.heappop(due)
+            req = scheduled[i].req
+            start, timing = times[j - 1]
+            self._store(req, (m + j) // bs, start + timing.total_ns)
+            # stored: the step completing the next block; refused: the next step
+            j = max(j + 1, (next_store.get(req.request_id, 0) + 1) * bs - m)
+            if j <= steps:
+                heapq.heappush(due, (j, i, m))
 
     def _store(self, req, n: int, now_ns: int) -> None:
         rid = req.request_id
