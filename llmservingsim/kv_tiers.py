@@ -25,14 +25,16 @@ What it models, after vLLM's ``OffloadingConnector`` (scheduler side:
   has no lower tier).
 - **Loads**: the tiers are a ``remote_kv.RemoteKVSource`` (the engine's one path for
   vLLM's ``WAITING_FOR_REMOTE_KVS``). ``get_num_new_matched_tokens``: a waiting request's
-  blocks after its GPU prefix hit are looked up tier by tier (consecutive ready blocks, at
-  most the prompt's ``num_tokens - 1`` tokens, like the GPU lookup). On a hit the request
-  gets GPU blocks for the whole hit and is parked (no token budget, not running);
-  ``start`` queues its copy on the host-to-device link when the step it was scheduled in
-  launches (``start_load_kv``). Other requests keep stepping. When the copy ends
-  (``_finish_load``) the blocks are published, the request's computed tokens cover the hit
-  and it is admitted before the waiting queue (``ahead_of_queue``); it computes only the
-  rest.
+  blocks after its GPU prefix hit are looked up tier by tier (consecutive ready blocks
+  among every full block of the prompt, ``num_tokens // block_size``: vLLM's offloading
+  connector looks up all of the request's block hashes, where the GPU lookup stops at
+  ``num_tokens - 1`` tokens). On a hit the request gets GPU blocks for the whole hit and is
+  parked (no token budget, not running); ``start`` queues its copy on the host-to-device
+  link when the step it was scheduled in launches (``start_load_kv``). Other requests keep
+  stepping. When the copy ends (``_finish_load``) the request's computed tokens cover the
+  hit, less one when it covers the whole prompt (vLLM's ``_update_waiting_for_remote_kv``
+  recomputes the last token to sample the next), its blocks up to them are published, and
+  it is admitted before the waiting queue (``ahead_of_queue``); it computes only the rest.
 - **Cost**: a transfer of ``b`` bytes per GPU takes ``latency + b / bandwidth`` on its
   link; every GPU of the instance copies its own shard over its own link in parallel, so
   the time is that of one rank and the bytes reported are the instance's (all ranks).
@@ -384,8 +386,10 @@ class InstanceTiers:
 
     # ---- loads ---------------------------------------------------------------------------
     def lookup(self, req, gpu_blocks: int, now_ns: int) -> list:
-        """Consecutive ready blocks after the GPU hit, tier by tier: [(store, hashes)]."""
-        n = (req.num_tokens - 1) // self.kv.block_size
+        """Consecutive ready blocks after the GPU hit, tier by tier: [(store, hashes)], among
+        the prompt's full blocks (vLLM's ``OffloadingConnectorScheduler`` looks up every block
+        hash of the request; the load may cover the whole prompt)."""
+        n = req.num_tokens // self.kv.block_size
         if n <= gpu_blocks:
             return []
         hashes = req.stream.block_hashes(n)
@@ -421,8 +425,10 @@ class InstanceTiers:
 
     def update_state_after_alloc(self, req, hits: list, num_hit: int, num_external: int) -> None:
         kv = self.kv
-        if req.num_cached_tokens < 0:       # first admission: vLLM counts local + external hits
-            req.num_cached_tokens = num_hit + num_external
+        if req.num_cached_tokens < 0:
+            # first admission: vLLM counts its computed tokens when it schedules the landed
+            # request, local + external hits less the recomputed last token of a whole prompt
+            req.num_cached_tokens = min(num_hit + num_external, req.num_tokens - 1)
             kv.prefix_stats.queries += req.prompt_len
             kv.prefix_stats.hits += num_hit
         self.begin_load(req, len(hits), self._matched)
@@ -437,9 +443,10 @@ class InstanceTiers:
         for s, hs in parts:
             for h in hs:
                 s.blocks[h].ref += 1
-        n = (req.num_tokens - 1) // self.kv.block_size
-        # the lookup's blocks: the stream's cached chain may run past them (an earlier use of
-        # the stream extended it), and what is touched must not depend on that
+        n = req.num_tokens // self.kv.block_size
+        # the lookup's blocks (vLLM touches every block hash of the request): the stream's
+        # cached chain may run past them (an earlier use of the stream extended it), and what
+        # is touched must not depend on that
         prefix = req.stream.block_hashes(n)[:n]
         for s in self.stores:
             s.touch(prefix)
@@ -479,7 +486,12 @@ class InstanceTiers:
             total += len(hs)
         st.load_ns += load.end_ns - load.start_ns
         self.next_store[rid] = load.gpu_blocks + total      # loaded blocks are in a tier already
-        self.inst.finished_recving(req, (load.gpu_blocks + total) * self.kv.block_size, True)
+        # a hit of the whole prompt recomputes its last token, to sample the next one (vLLM's
+        # _update_waiting_for_remote_kv); the hit is at most the prompt's full blocks
+        computed = (load.gpu_blocks + total) * self.kv.block_size
+        if computed == req.num_tokens:
+            computed -= 1
+        self.inst.finished_recving(req, computed, True)
 
     # ---- retention "offload" -----------------------------------------------------------
     def offload(self, req, deadline_ns: int, value, now_ns: int) -> Optional[int]:

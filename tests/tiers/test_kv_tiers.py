@@ -88,7 +88,7 @@ def test_offloaded_blocks_reload_at_bandwidth_plus_latency_and_skip_recompute():
     # B's 5 blocks are stored 28000 -> 28000 + 500 + 5000 = 33500.
     assert done[0].first_token_ns == 6400 and done[1].first_token_ns == 28000
     # A2 at 40000: GPU hit 2 blocks (0, 1), CPU-tier hit 2 blocks (2, 3; A's block 4 was never
-    # full), capped by the lookup's (96 - 1) // 16 = 5 blocks. Its load: h2d 40000 + 500 +
+    # full), among the lookup's 96 // 16 = 6 blocks. Its load: h2d 40000 + 500 +
     # 2 x 1000 = 42500, during which it is not scheduled; then it computes only the 32
     # tokens after the 64 cached ones: 32 x 100 = 3200 ns -> first token at 45700.
     # (Recomputing blocks 2-3 instead would take 64 x 100 = 6400 ns: first token 46400.)
@@ -159,6 +159,32 @@ def test_cpu_evictions_demote_to_cxl():
     cpu.prepare_store([3], 0, 0)
     assert list(cpu.blocks) == [2, 3] and list(cxl.blocks) == [1]
 
+
+
+def test_a_whole_prompt_tier_hit_loads_every_block_and_recomputes_the_last_token():
+    """vLLM's offloading connector looks up all of a prompt's full blocks: a 64-token prompt
+    whose 4 blocks are in the CPU tier loads all 4 and, on landing, counts 63 tokens computed
+    (``_update_waiting_for_remote_kv`` recomputes the last token to sample the next)."""
+    cluster, inst, tiers = make(100)
+    # A (64 tokens) at 0: one step 0 -> 6400, its 4 blocks stored by 10900. B (111 tokens, 7
+    # blocks) at 20000 takes all 7 usable GPU blocks: A's are gone from the GPU.
+    cluster.submit(0, call(0, A_IDS, 64), request_id=0)
+    b = CallSpec(owner=1, call_index=0, prompt_tokens=111, output_tokens=1, tool_duration_ns=0, tool_name=None,
+                 tokens=TokenStream(uid=9001, block_size=16, ids=list(range(5000, 5111))))
+    cluster.schedule(20_000, lambda: cluster.submit(0, b, request_id=1))
+    cluster.schedule(40_000, lambda: cluster.submit(0, call(0, A_IDS, 64, call_index=1), request_id=2))
+    cluster.run()
+    done = {f.info.request_id: f for f in cluster.finished_calls}
+    # A again at 40000: no GPU hit, CPU hit of all 4 blocks (64 // 16): h2d 40000 + 500 + 4 x
+    # 1000 = 44500; then 1 token (the last, recomputed): 100 ns -> first token at 44600.
+    # (Capped at (64 - 1) // 16 = 3 blocks it would load 3 and compute 16 tokens: 45100.)
+    assert done[2].first_scheduled_ns == 44_500
+    assert done[2].first_token_ns == 44_600
+    assert tiers.calls[2].tokens == {"cpu": 64}
+    assert done[2].num_cached_tokens == 63      # vLLM: the computed tokens when it is scheduled
+    assert tiers.stores[0].stats.hit_blocks == 4
+    check_tier_invariants([tiers])
+    inst.kv.check_invariants()
 
 def test_offload_without_tiers_is_a_release():
     from engine_helpers import create_kv, make_request

@@ -1,5 +1,6 @@
 """``InstanceTiers.begin_load`` touches the request's prefix, its first
-``(num_tokens - 1) // block_size`` block hashes (the lookup's blocks): not whatever the
+``num_tokens // block_size`` block hashes (the lookup's blocks, every full block of the
+prompt, as vLLM's offloading connector touches them): not whatever the
 stream's cached chain holds beyond them (a chain extended further by an earlier use of the
 stream, e.g. the blocks a preempted request published before it was readmitted)."""
 import sys
@@ -47,8 +48,8 @@ def _lru_after_begin_load(ids, num_tokens: int, cached_blocks: int) -> list:
 
 
 def test_begin_load_touches_the_lookup_prefix_only():
-    # 80 tokens: the lookup's (80 - 1) // 16 = 4 blocks are touched, head last
-    expect = [4, 5, 6, 7, 3, 2, 1, 0]
-    for cached in (4, 5, 8):        # the chain as the lookup left it, or longer
-        for ids in (None, list(range(200))):
-            assert _lru_after_begin_load(ids, 80, cached) == expect, (cached, ids)
+    # 80 tokens: the lookup's 80 // 16 = 5 blocks are touched, head last; 79 tokens: 4
+    for num_tokens, expect in ((80, [5, 6, 7, 4, 3, 2, 1, 0]), (79, [4, 5, 6, 7, 3, 2, 1, 0])):
+        for cached in (4, 5, 8):        # the chain as the lookup left it, or longer
+            for ids in (None, list(range(200))):
+                assert _lru_after_begin_load(ids, num_tokens, cached) == expect, (num_tokens, cached, ids)
