@@ -37,8 +37,13 @@ Invariants
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from itertools import islice
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
+
+from .tokens import STREAM_BASE, STREAM_SHIFT
+
+_B_MASK = (1 << STREAM_SHIFT) - 1
 
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
@@ -283,14 +288,30 @@ class PrefixMemo:
     is cut back to its place: a hash's primary changes only when it is dropped), and another
     memo lists the block (it is first cut out of this one).
     ``cuts`` counts those cuts: while it is unchanged, ``blocks[:k]`` for any k at most
-    ``valid`` are the same blocks (places are only appended after ``valid``)."""
-    __slots__ = ("blocks", "valid", "hashes", "cuts")
+    ``valid`` are the same blocks (places are only appended after ``valid``).
 
-    def __init__(self, hashes: list):
+    A *pure* memo (``base`` set: the memo of a pure stream's uid, ``tokens.TokenStream``,
+    whose block b's identity is ``base + b``; the streams of one uid share it) also holds
+    the prefix map of those identities in its pool, which ``cached`` does not hold:
+    ``slots[b]`` is the primary of ``base + b`` or None, for every b (beyond the list: None;
+    the list always ends in a None, so ``slots.index(None, k)`` finds the end of a
+    published run), and every primary ``slots[b]`` has ``memo is self`` and ``memo_pos ==
+    b`` (listed or not). So ``blocks[i] is slots[i]`` for ``i < valid``. Publishing a span
+    of identities is a slice assignment after a check in C that none is published, a
+    lookup is a slice, and dropping a run of places is one slice assignment.
+    ``mixed`` (the number of leading identities of a pure stream in the chain of a stream
+    that is not pure: a fork of one): such a memo lists nothing (``valid`` stays 0); its
+    lookups read the pure stream's map, then ``cached``."""
+    __slots__ = ("blocks", "valid", "hashes", "cuts", "base", "slots", "mixed")
+
+    def __init__(self, hashes: Optional[list], base: Optional[int] = None, mixed: int = 0):
         self.blocks: list[KVBlock] = []
         self.valid = 0
         self.hashes = hashes
         self.cuts = 0
+        self.base = base
+        self.slots: Optional[list] = None if base is None else [None]
+        self.mixed = mixed
 
     def cut(self, block: KVBlock) -> None:
         """``block`` (whose ``memo`` is this one) stops being listed: cut back to its place
@@ -299,6 +320,36 @@ class PrefixMemo:
         if p < self.valid and self.blocks[p] is block:
             self.valid = p
             self.cuts += 1
+
+
+class _CachedView(Mapping):
+    """``BlockPool.cached``: every published identity's primary, the hashed identities'
+    dict and the pure memos' maps together (read by checks and tests)."""
+
+    def __init__(self, pool: "BlockPool"):
+        self._pool = pool
+
+    def __getitem__(self, h):
+        b = self._pool.get_cached_block(h)
+        if b is None:
+            raise KeyError(h)
+        return b
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self._pool._hashed
+        for memo in self._pool.pure_memos.values():
+            base = memo.base
+            for b, block in enumerate(memo.slots):
+                if block is not None:
+                    yield base + b
+
+    def __len__(self) -> int:
+        pool = self._pool
+        return len(pool._hashed) + sum(len(m.slots) - m.slots.count(None)
+                                       for m in pool.pure_memos.values())
+
+    def __contains__(self, h) -> bool:
+        return self._pool.get_cached_block(h) is not None
 
 
 def _reversed_match(out: list, i: int, listed: list, p: int) -> int:
@@ -324,8 +375,9 @@ def _reversed_match(out: list, i: int, listed: list, p: int) -> int:
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
-    __slots__ = ("num_blocks", "_blocks", "free_queue", "cached", "copies", "enable_caching",
-                 "null_block", "drop_epoch", "free_epoch", "entry_only", "num_multi", "lazy_pins")
+    __slots__ = ("num_blocks", "_blocks", "free_queue", "_hashed", "copies", "enable_caching",
+                 "null_block", "drop_epoch", "free_epoch", "entry_only", "num_multi", "lazy_pins",
+                 "pure_memos")
 
     def __init__(self, num_blocks: int, enable_caching: bool = True):
         if num_blocks < 2:
@@ -333,7 +385,9 @@ class BlockPool:
         self.num_blocks = num_blocks
         self._blocks: list[KVBlock] = []            # blocks 0 .. len - 1 exist
         self.free_queue = FreeBlockQueue.fresh(num_blocks, self._new_blocks)
-        self.cached: dict[int, KVBlock] = {}
+        # the prefix map: hashed identities here, a pure stream's in its memo (PrefixMemo)
+        self._hashed: dict[int, KVBlock] = {}
+        self.pure_memos: dict[int, PrefixMemo] = {}     # uid -> the pure memo of that uid
         self.copies: dict[int, list[KVBlock]] = {}
         self.enable_caching = enable_caching
         self.null_block = self.free_queue.popleft()
@@ -373,8 +427,29 @@ class BlockPool:
         """vLLM's KV usage: cached-but-unreferenced blocks count as free."""
         return 1.0 - self.free_queue.num_free / (self.num_blocks - 1)
 
+    @property
+    def cached(self) -> _CachedView:
+        """Every published identity's primary (a read-only mapping; checks and tests)."""
+        return _CachedView(self)
+
     def get_cached_block(self, block_hash: int) -> Optional[KVBlock]:
-        return self.cached.get(block_hash)
+        """The primary of ``block_hash``, or None."""
+        if block_hash >= STREAM_BASE:
+            memo = self.pure_memos.get((block_hash - STREAM_BASE) >> STREAM_SHIFT)
+            if memo is None:
+                return None
+            b = block_hash & _B_MASK
+            slots = memo.slots
+            return slots[b] if b < len(slots) else None
+        return self._hashed.get(block_hash)
+
+    def _pure_memo(self, block_hash: int) -> PrefixMemo:
+        """The pure memo holding the identity ``block_hash`` (created empty if none)."""
+        uid = (block_hash - STREAM_BASE) >> STREAM_SHIFT
+        memo = self.pure_memos.get(uid)
+        if memo is None:
+            memo = self.pure_memos[uid] = PrefixMemo(None, STREAM_BASE + (uid << STREAM_SHIFT))
+        return memo
 
     def get_new_blocks(self, n: int) -> list[KVBlock]:
         if n > self.free_queue.num_free:
@@ -385,25 +460,31 @@ class BlockPool:
             return out
         # one pass: each block's reference, and its content dropped (_drop_contents, inlined:
         # most popped blocks still hold content, usually the only block of their hash)
-        cached = self.cached
+        hashed = self._hashed
         copies = self.copies
         dropped = False
         for block in out:
             block.ref_cnt = 1
             h = block.block_hash
             if h is not None:
-                block.block_hash = None
-                if copies and h in copies:
-                    self._drop_copy(block, h)
-                else:
-                    del cached[h]
-                memo = block.memo
-                if memo is not None:        # PrefixMemo.cut, inlined
-                    p = block.memo_pos
-                    if p < memo.valid and memo.blocks[p] is block:
-                        memo.valid = p
-                        memo.cuts += 1
                 dropped = True
+                if copies and h in copies:
+                    self._drop_contents((block,), bump=False)
+                    continue
+                block.block_hash = None
+                memo = block.memo
+                if memo is None:
+                    del hashed[h]
+                    continue
+                p = block.memo_pos
+                slots = memo.slots
+                if slots is not None and slots[p] is block:
+                    slots[p] = None     # a pure identity's primary: its place in the map
+                else:       # (a pure identity's primary is always in its map, as above)
+                    del hashed[h]
+                if p < memo.valid and memo.blocks[p] is block:      # PrefixMemo.cut, inlined
+                    memo.valid = p
+                    memo.cuts += 1
         if dropped:
             self.drop_epoch += 1
         return out
@@ -443,8 +524,10 @@ class BlockPool:
         in C), the hashes are deleted in one loop over the memo's hash list, and the memo is
         cut once, to ``lo`` with ``cuts += k``. A run meeting a hash with copies, and every
         block with content that is not listed, is dropped block by block (``_drop_contents``,
-        in the same order; in the runs measured no such block came)."""
-        cached = self.cached
+        in the same order; in the runs measured no such block came). A pure memo's run (its
+        places ``lo .. p`` of the map, listed or not) is one slice assignment of Nones, and
+        the places below ``valid`` among them are its cuts."""
+        hashed = self._hashed
         copies = self.copies
         dropped = False
         it = iter(out)
@@ -459,13 +542,34 @@ class BlockPool:
             if memo is not None:
                 p = block.memo_pos
                 listed = memo.blocks
-                if p < memo.valid and listed[p] is block:
+                slots = memo.slots
+                if slots is not None:
+                    if slots[p] is block:       # a pure identity's primary
+                        k = _reversed_match(out, i, slots, p)
+                        lo = p + 1 - k
+                        base = memo.base
+                        if not copies or copies.keys().isdisjoint(range(base + lo, base + p + 1)):
+                            slots[lo:p + 1] = [None] * k
+                            block.block_hash = None
+                            if k > 1:
+                                for b in out[i + 1:i + k]:
+                                    b.ref_cnt = 1
+                                    b.block_hash = None
+                                next(islice(it, k - 2, None), None)     # past the run (in C)
+                                i += k - 1
+                            v = memo.valid
+                            if lo < v:      # the places below valid are listed: a cut each
+                                memo.valid = lo
+                                memo.cuts += min(v, p + 1) - lo
+                            dropped = True
+                            continue
+                elif p < memo.valid and listed[p] is block:
                     k = _reversed_match(out, i, listed, p)
                     lo = p + 1 - k
                     hashes = memo.hashes[lo:p + 1]
                     if not copies or copies.keys().isdisjoint(hashes):
                         for h in hashes:
-                            del cached[h]
+                            del hashed[h]
                         block.block_hash = None
                         if k > 1:
                             for b in out[i + 1:i + k]:
@@ -644,6 +748,25 @@ class BlockPool:
     def cache_block(self, block: KVBlock, block_hash: int) -> None:
         self.cache_blocks((block,), (block_hash,))
 
+    def _publish(self, block: KVBlock, h: int) -> None:
+        """Publish ``block`` (without content) under ``h``, any identity, listed by no memo
+        but a pure memo's map (the path of publications without a memo or a mixed one's)."""
+        block.block_hash = h
+        if h >= STREAM_BASE:
+            memo = self._pure_memo(h)
+            b = h & _B_MASK
+            slots = memo.slots
+            if len(slots) < b + 2:      # the map ends in a None
+                slots += [None] * (b + 2 - len(slots))
+            if slots[b] is None:
+                slots[b] = block
+                block.memo = memo
+                block.memo_pos = b
+                return
+        elif self._hashed.setdefault(h, block) is block:
+            return
+        self.copies.setdefault(h, []).append(block)
+
     def cache_blocks(self, blocks: list[KVBlock], hashes: list[int],
                      memo: Optional[PrefixMemo] = None, start: int = 0) -> None:
         """Publish each block under the hash beside it; a block that already has content
@@ -652,9 +775,20 @@ class BlockPool:
         is in no memo's listed prefix, so none loses it)."""
         if not self.enable_caching:
             return
-        setdefault = self.cached.setdefault
+        if memo is not None:
+            if memo.base is not None:
+                self._publish_pure(blocks, hashes, memo, start)
+                return
+            if memo.mixed:
+                memo = None
+        if memo is None:
+            for block, block_hash in zip(blocks, hashes):
+                if block.block_hash is None:
+                    self._publish(block, block_hash)
+            return
+        setdefault = self._hashed.setdefault
         pairs = zip(blocks, hashes)
-        if memo is not None and memo.valid == start:
+        if memo.valid == start:
             i = start
             for block, block_hash in pairs:
                 if block.block_hash is not None:
@@ -676,14 +810,83 @@ class BlockPool:
                 if setdefault(block_hash, block) is not block:
                     self.copies.setdefault(block_hash, []).append(block)
 
+    def _publish_pure(self, blocks: list[KVBlock], hashes: list[int], memo: PrefixMemo,
+                      start: int) -> None:
+        """``cache_blocks`` for a pure memo's identities ``start ..``, with the same listing:
+        the map's places take the blocks (one slice assignment when none of the identities
+        is published and no block has content, the usual case; place by place otherwise, a
+        published identity's block becoming a copy)."""
+        slots = memo.slots
+        end = start + len(blocks)
+        if len(slots) <= end:       # the map ends in a None
+            slots += [None] * (end + 1 - len(slots))
+        i = start
+        if not any(slots[start:end]):       # no identity published (in C)
+            for block, block_hash in zip(blocks, hashes):
+                if block.block_hash is not None:
+                    break
+                block.block_hash = block_hash
+                block.memo = memo
+                block.memo_pos = i
+                i += 1
+            slots[start:i] = blocks[:i - start] if i < end else blocks
+            listed_to = i
+        else:
+            listed_to = -1      # the listing ends at the first block not published as primary
+        if i < end:
+            copies = self.copies
+            j = i - start
+            for block, block_hash in zip(blocks[j:], hashes[j:]):
+                if block.block_hash is None:
+                    block.block_hash = block_hash
+                    if slots[i] is None:
+                        slots[i] = block
+                        block.memo = memo
+                        block.memo_pos = i
+                    else:
+                        copies.setdefault(block_hash, []).append(block)
+                        if listed_to < 0:
+                            listed_to = i
+                elif listed_to < 0:
+                    listed_to = i
+                i += 1
+            if listed_to < 0:
+                listed_to = end
+        if memo.valid == start:
+            listed = memo.blocks
+            del listed[start:]
+            listed += slots[start:listed_to]
+            memo.valid = listed_to
+
     def cache_next_block(self, block: KVBlock, block_hash: int, memo: PrefixMemo, pos: int) -> None:
         """``cache_blocks([block], [block_hash], memo, pos)`` for one block (a decode's
         completed block: most publications), without the slices and the two loops."""
         if not self.enable_caching:
             return
-        if block.block_hash is None:
+        slots = memo.slots
+        if slots is not None:
+            if block.block_hash is None:
+                block.block_hash = block_hash
+                if len(slots) < pos + 2:        # the map ends in a None
+                    slots += [None] * (pos + 18 - len(slots))
+                if slots[pos] is None:
+                    slots[pos] = block
+                    block.memo = memo
+                    block.memo_pos = pos
+                    if memo.valid == pos:
+                        listed = memo.blocks
+                        del listed[pos:]
+                        listed.append(block)
+                        memo.valid = pos + 1
+                    return
+                self.copies.setdefault(block_hash, []).append(block)
+        elif memo.mixed:
+            if block.block_hash is None:
+                self._publish(block, block_hash)
+            return
+        elif block.block_hash is None:
             block.block_hash = block_hash
-            if self.cached.setdefault(block_hash, block) is not block:
+            if self._hashed.setdefault(block_hash, block) is not block:
                 self.copies.setdefault(block_hash, []).append(block)
             elif memo.valid == pos:
                 block.memo = memo
@@ -697,23 +900,58 @@ class BlockPool:
             del memo.blocks[pos:]
 
     def memo_of(self, stream) -> PrefixMemo:
-        """The stream's memo in this pool (created empty on first use)."""
+        """The stream's memo in this pool (created empty on first use): a pure stream's is
+        its uid's pure memo (the map of its identities, shared by the streams of that uid)."""
         memos = stream.memos
         if memos is None:
             memos = stream.memos = {}
         memo = memos.get(self)
         if memo is None:
-            memo = memos[self] = PrefixMemo(stream.block_hashes(0))
+            base = getattr(stream, "_base", None)
+            if base is not None:
+                memo = self.pure_memos.get(stream.uid)
+                if memo is None:
+                    memo = self.pure_memos[stream.uid] = PrefixMemo(stream.block_hashes(0), base)
+                elif memo.hashes is None:
+                    memo.hashes = stream.block_hashes(0)
+            else:
+                mixed = 0       # the leading identities of a pure stream in the chain
+                if getattr(stream, "_shared_blocks", 0):
+                    hashes = stream.block_hashes(1)
+                    while mixed < len(hashes) and hashes[mixed] >= STREAM_BASE:
+                        mixed += 1
+                memo = PrefixMemo(stream.block_hashes(0), mixed=mixed)
+            memos[self] = memo
         return memo
 
     def look_up(self, memo: PrefixMemo, hashes: list, n: int) -> list[KVBlock]:
         """The primaries of ``hashes[memo.valid:n]`` up to the first hash not cached; the
         memo lists them (up to a block it lists already: a repeated hash ends its prefix)."""
+        slots = memo.slots
+        if slots is not None:       # a pure memo: its map's run from valid, listed as it is
+            k = memo.valid
+            j = slots.index(None, k)
+            if j > n:
+                j = n
+            found = slots[k:j]
+            listed = memo.blocks
+            del listed[k:]
+            listed += found     # (each primary's back-pointer names its place already)
+            memo.valid = j
+            return found
         k = k0 = memo.valid
+        found: list[KVBlock] = []
+        mixed = memo.mixed
+        if mixed:       # a pure stream's identities first (one map), then hashed ones; unlisted
+            slots = self._pure_memo(hashes[0]).slots
+            j = min(slots.index(None), mixed, n)
+            found = slots[:j]
+            if j < mixed or j == n:
+                return found
+            k = j
         # the lookups run in C, a chunk at a time (a prompt's cached part is a prefix:
         # after the first miss nothing is looked up beyond its chunk)
-        get = self.cached.get
-        found: list[KVBlock] = []
+        get = self._hashed.get
         chunk = 8
         while k < n:
             part = list(map(get, hashes[k:min(n, k + chunk)]))
@@ -723,6 +961,8 @@ class BlockPool:
             found.extend(part)
             k += len(part)
             chunk *= 4
+        if mixed:
+            return found
         listed = memo.blocks
         del listed[k0:]
         i = k0
@@ -749,25 +989,37 @@ class BlockPool:
         False and counts the batch once."""
         if bump:
             self.drop_epoch += 1
-        cached = self.cached
+        hashed = self._hashed
         copies = self.copies
         for block in blocks:
             h = block.block_hash
             block.block_hash = None
+            memo = block.memo
             if copies and h in copies:
                 self._drop_copy(block, h)
+            elif memo is not None and memo.slots is not None and memo.slots[block.memo_pos] is block:
+                memo.slots[block.memo_pos] = None   # a pure identity's primary: its map place
             else:                       # the usual case: the hash's only block
-                del cached[h]
-            memo = block.memo
+                del hashed[h]
             if memo is not None:
                 memo.cut(block)
 
     def _drop_copy(self, block: KVBlock, h: int) -> None:
         """Unpublish ``block`` (content ``h``, already cleared on the block) of a hash that
-        has copies: the primary gives its place to the oldest copy."""
+        has copies: the primary gives its place to the oldest copy (in a pure map too)."""
         others = self.copies[h]
-        if self.cached[h] is block:
-            self.cached[h] = others.pop(0)
+        if h >= STREAM_BASE:
+            memo = self._pure_memo(h)
+            p = h & _B_MASK
+            slots = memo.slots
+            if slots[p] is block:       # (the caller cuts a memo listing it)
+                new = slots[p] = others.pop(0)
+                new.memo = memo
+                new.memo_pos = p
+            else:
+                others.remove(block)
+        elif self._hashed[h] is block:
+            self._hashed[h] = others.pop(0)
         else:
             others.remove(block)
         if not others:
@@ -796,12 +1048,24 @@ class BlockPool:
                 memos[id(b.memo)] = b.memo
         assert self.entry_only == sum(1 for b in self.blocks[1:]
                                       if 0 < b.entry_refs + lazy.get(b.block_id, 0) == b.ref_cnt)
-        for h, b in self.cached.items():
-            assert b.block_hash == h
+        for h, b in self._hashed.items():
+            assert b.block_hash == h and h < STREAM_BASE, (h, b)
+        for uid, memo in self.pure_memos.items():
+            slots = memo.slots
+            assert memo.base == STREAM_BASE + (uid << STREAM_SHIFT) and slots[-1] is None
+            assert memo.valid <= slots.index(None), (memo.valid, slots.index(None))
+            assert memo.blocks[:memo.valid] == slots[:memo.valid]
+            for p, b in enumerate(slots):
+                if b is not None:
+                    assert b.block_hash == memo.base + p and b.memo is memo and b.memo_pos == p, (b, p)
         for h, bs in self.copies.items():
             assert bs and h in self.cached and all(b.block_hash == h for b in bs)
         for memo in memos.values():
+            if memo.base is not None:
+                assert self.pure_memos[(memo.base - STREAM_BASE) >> STREAM_SHIFT] is memo
+            assert not memo.mixed or memo.valid == 0
             for i in range(memo.valid):
                 b = memo.blocks[i]
                 assert b.memo is memo and b.memo_pos == i, (b, i)
-                assert self.cached.get(memo.hashes[i]) is b, (b, i)
+                h = memo.base + i if memo.base is not None else memo.hashes[i]
+                assert self.cached.get(h) is b, (b, i)

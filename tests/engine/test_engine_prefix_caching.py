@@ -323,11 +323,14 @@ def test_next_call_reads_the_stream_memo_and_eviction_cuts_it():
     assert block_ids(kv, other) == [7, 8, 9, 10, 6, 5]
     assert memo.valid == 4 and memo.cuts == 1           # block 5 (place 4) lost its content
 
+    # a pure stream's identities live in its memo's map (PrefixMemo.slots), not in the hashed
+    # identities' dict: the lookup after the memo reads the map, and looks nothing up
     lookups = []
-    get = kv.pool.cached.get
-    kv.pool.cached = type("Counting", (dict,), {"get": lambda self, h: lookups.append(h) or get(h)})(kv.pool.cached)
+    get = kv.pool._hashed.get
+    kv.pool._hashed = type("Counting", (dict,), {"get": lambda self, h: lookups.append(h) or get(h)})(kv.pool._hashed)
     call1 = make_request(1, num_tokens=8 * 16 + 1, stream=stream)
     hits, num_hit = kv.get_computed_blocks(call1)
     assert [b.block_id for b in hits] == [1, 2, 3, 4] and num_hit == 64
-    assert lookups == stream.block_hashes(8)[4:8]       # only the hashes after the memo
+    assert lookups == []
+    assert memo.slots[:6] == hits + [None, None]         # place 4 dropped, place 5 never published
     kv.check_invariants()
