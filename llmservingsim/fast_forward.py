@@ -71,6 +71,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from operator import itemgetter
+
+_step_of = itemgetter(0)        # an event's bulk step
 
 
 # A run applies at least MIN_STEPS - 1 bulk steps. One pays already: planning it walks the
@@ -272,8 +275,10 @@ def _block_events(inst, scheduled, max_step: int, lefts=None) -> tuple[list, lis
         while j <= last:
             pubs.append((j, i, n0 + j))
             j += bs
-    allocs.sort()
-    pubs.sort()
+    # sorted by step alone, stably: the events of one step come from distinct entries, made in
+    # batch order, so this is the tuples' own order (a sort of ints, not of tuples)
+    allocs.sort(key=_step_of)
+    pubs.sort(key=_step_of)
     return allocs, pubs
 
 
