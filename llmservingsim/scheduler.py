@@ -454,7 +454,12 @@ class Scheduler:
         samples = req.num_computed_tokens >= req.num_known_tokens
         if samples:
             req.num_known_tokens += 1           # a placeholder for its sample
-        return ScheduledRequest(req, num_new, before, samples)
+        sr = _new(ScheduledRequest)     # ScheduledRequest(req, num_new, before, samples), slots stored
+        sr.req = req
+        sr.num_new = num_new
+        sr.ctx_before = before
+        sr.samples = samples
+        return sr
 
     def _unschedule(self, sr: ScheduledRequest) -> None:
         if sr.samples:
