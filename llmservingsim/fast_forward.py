@@ -71,6 +71,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from operator import itemgetter
+
+_step_of = itemgetter(0)        # an event's bulk step
 
 
 # A run applies at least MIN_STEPS - 1 bulk steps. One pays already: planning it walks the
@@ -272,8 +275,10 @@ def _block_events(inst, scheduled, max_step: int, lefts=None) -> tuple[list, lis
         while j <= last:
             pubs.append((j, i, n0 + j))
             j += bs
-    allocs.sort()
-    pubs.sort()
+    # sorted by step alone, stably: the events of one step come from distinct entries, made in
+    # batch order, so this is the tuples' own order (a sort of ints, not of tuples)
+    allocs.sort(key=_step_of)
+    pubs.sort(key=_step_of)
     return allocs, pubs
 
 
@@ -316,17 +321,16 @@ def _apply(inst, nxt, times, allocs: list, pubs: list, fins, lefts: list) -> Non
     f = 0                       # fins[f:] are the finishes at or after step lo + 1 ends
     size = n                    # the batch of step lo + 1
     nf = len(fins)
+    end_ns = times[-1][0] + times[-1][1].total_ns
     while lo < steps:
-        hi = lo                 # times[hi]: the next start that samples (or the end)
-        while hi < steps and times[hi][0] <= due:
-            hi += 1
+        # times[hi]: the next start that samples (or the end): the first start past due
+        # ((due + 1,) sorts before (due + 1, timing) and after every earlier start)
+        hi = bisect_left(times, (due + 1,), lo) if due < end_ns else steps
         # the events before times[hi]'s launch (not the finishes at that start)
         _events_through(inst.kv, scheduled, allocs, pubs, fins, events, hi, hi - 1, finish)
         last = hi + 1 if hi < steps else steps
-        busy = 0
-        for k in range(lo, last):
-            busy += times[k][1].total_ns
-        inst.busy_ns += busy
+        # the steps are back to back: their busy time is the span they cover
+        inst.busy_ns += (times[last][0] if last < steps else end_ns) - times[lo][0]
         if on_decode is None:
             inst.num_steps += last - lo
         else:

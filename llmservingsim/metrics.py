@@ -30,6 +30,7 @@ one idle stretch, not 1e9 rows of state):
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Optional
 
 NS_PER_S = 1_000_000_000
@@ -131,7 +132,8 @@ class MetricsCollector:
                      out.num_decodes, nseq)
 
     def on_decode_steps(self, inst, times: list, lo: int, hi: int, n: int) -> int:
-        """Fast-forwarded steps ``times[lo:hi]`` (each ``(start, timing)``, in time order) of n
+        """Fast-forwarded steps ``times[lo:hi]`` (each ``(start, timing)``, in time order, back
+        to back: each starts where the one before it ends, as fast_forward's runs do) of n
         decodes each, each sampling one token: exactly what ``on_step`` records for such a
         step, with the instance's state sampled at each step's start (no event marks it, so
         the event loop's watcher does not), ``inst.num_steps`` already counting all of them
@@ -141,35 +143,53 @@ class MetricsCollector:
         caller keeps every start but the last at or before what the previous call returned
         (fast_forward splits its bulk steps there), so only the last step may sample, with
         the instance's state as it is now. The instance has stepped before (a fast-forward
-        follows an executed step), so its series is open."""
+        follows an executed step), so its series is open.
+
+        Busy time and tokens go to the seconds as ``_record`` puts them, step by step, but a
+        second's steps are added at once: the steps from k that start in second b, all but
+        the last of them ending in it too (the next one starts where each ends), add their
+        span ``start(m - 1) - start(k)`` and n tokens each to b; the last one, which may cross
+        into the next seconds, is recorded as ``_record`` does."""
         s = self.series[inst.index]
         upto = -(-times[hi - 1][0] // NS_PER_S)
         if s.next_bin < upto:
             s.sample(upto)
         bins, busy, gen = s.bins, s.busy_ns, s.gen
-        compute = comm = overhead = 0
         rows = self.trace_rows
-        step = inst.num_steps - (hi - lo)
-        idx = inst.index
+        if rows is not None:
+            step = inst.num_steps - (hi - lo)
+            idx = inst.index
+            for k in range(lo, hi):
+                now, timing = times[k]
+                rows.append((idx, step, now, timing.total_ns, 0, 0, n, n, timing.compute_ns, timing.comm_ns,
+                             timing.overhead_ns))
+                step += 1
+        compute = comm = overhead = 0
         for k in range(lo, hi):
-            now, timing = times[k]
-            total = timing.total_ns
-            end = now + total
-            b0, b1 = now // NS_PER_S, end // NS_PER_S
+            timing = times[k][1]
+            compute += timing.compute_ns
+            comm += timing.comm_ns
+            overhead += timing.overhead_ns
+        k = lo
+        while k < hi:
+            now = times[k][0]
+            b0 = now // NS_PER_S
             if bins[-1] != b0:
                 s.open(b0)
-            if b0 == b1:
+            # times[k:m] start in second b0 (times[m] is the first start past it, or hi)
+            m = bisect_left(times, ((b0 + 1) * NS_PER_S,), k + 1, hi)
+            if m - 1 > k:       # times[k:m - 1] end inside b0: their span, n tokens each
+                busy[-1] += times[m - 1][0] - now
+                gen[-1] += n * (m - 1 - k)
+                now = times[m - 1][0]
+            total = times[m - 1][1].total_ns
+            end = now + total
+            if b0 == end // NS_PER_S:
                 busy[-1] += total
             else:
                 s.split_busy(now, end)
             gen[-1] += n
-            compute += timing.compute_ns
-            comm += timing.comm_ns
-            overhead += timing.overhead_ns
-            if rows is not None:
-                rows.append((idx, step, now, total, 0, 0, n, n, timing.compute_ns, timing.comm_ns,
-                             timing.overhead_ns))
-            step += 1
+            k = m
         self.gen_tokens += n * (hi - lo)
         self.compute_ns += compute
         self.comm_ns += comm

@@ -235,10 +235,15 @@ class PerformanceModel:
         ``kv_sum`` (fast-forward times its steps this way, without building their shapes)."""
         return self.decode_fn(nd)(kv_sum, kv_max, kv_min)
 
-    def decode_stretch(self, nd: int, kv_sum: int, kv_max: int, kv_min: int):
+    def decode_stretch(self, nd: int, kv_sum: int, kv_max: int, kv_min: int, timing=None):
         """``decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
         (a generator): the steps of a fast-forwarded run, where every sequence grows by one
-        token a step. Each value is the same float ``decode_us`` gives (the same operations
+        token a step. ``timing``: ``(cls, comm_ns, overhead_ns)``, then each step is yielded
+        as the ``cls`` record ``StepTimer`` makes of that float instead (``step_timer._timing``'s
+        fields in its integers: compute ``round(us * 1000.0)``, total compute + comm + overhead,
+        at least 1000), built here so that a run resumes one generator a step, not two, and
+        without the record's ``__init__`` (an instance of the slotted class, its four slots
+        stored: the same object ``cls(total, compute, comm, overhead)`` is). Each value is the same float ``decode_us`` gives (the same operations
         in the same order: ``decode_fn``, ``_skewed`` and ``GridND.at_row`` written out),
         with what ``nd`` fixes looked up once per batch size, the grid's row read through
         the piece that holds each KV length (``GridND.row_piece``, looked up again only when
@@ -257,6 +262,12 @@ class PerformanceModel:
             fixed = self._stretch_memo[nd] = (self.dense_us(nd), self.per_sequence_us(nd), decode.row(nd),
                                               decode.row_piece, const, by_labels, _StretchState())
         dense, seq, row, piece, const, by_labels, held = fixed
+        if timing is None:
+            make = None
+        else:
+            make = object.__new__
+            cls, comm, overhead = timing
+            fixed_ns = comm + overhead
         w = row[0]
         L = self.layers_per_stage
         m_lo, m_hi, ma, ms, m0, md0, m1, md1 = held.mean_piece
@@ -303,7 +314,17 @@ class PerformanceModel:
                     t_max = lo + w * ((x1 + u * xd1) - lo)      # at(kv_max)
                     if t_max > t:
                         t = t + alpha * (t_max - t)
-            yield dense + L * t + seq
+            if make is None:
+                yield dense + L * t + seq
+            else:
+                compute = round((dense + L * t + seq) * 1000.0)
+                total = compute + fixed_ns
+                st = make(cls)
+                st.total_ns = total if total >= 1000 else 1000
+                st.compute_ns = compute
+                st.comm_ns = comm
+                st.overhead_ns = overhead
+                yield st
             kv_sum += nd
             kv_max += 1
             kv_min += 1

@@ -121,6 +121,9 @@ class SchedulerOutput:
         self.num_decodes, self.decode_kv_sum, self.decode_kv_max, self.decode_kv_min = nd, kv_sum, kv_max, kv_min
 
 
+_new = object.__new__
+
+
 def _take(scheduled: list, req: Request) -> Optional[ScheduledRequest]:
     """Remove and return ``req``'s entry of this pass's batch (None if not scheduled yet)."""
     for k, sr in enumerate(scheduled):
@@ -164,8 +167,14 @@ class Scheduler:
         kv = self.kv
         budget = cfg.max_num_batched_tokens
         threshold = cfg.long_prefill_token_threshold
-        out = SchedulerOutput()
-        scheduled: list[ScheduledRequest] = out.scheduled
+        # the output's slots stored directly (SchedulerOutput() through its dataclass
+        # __init__ costs some 4,000 instructions); its tallies are stored at the end
+        out = _new(SchedulerOutput)
+        out.scheduled = scheduled = []
+        out.preempted = []
+        out.remote_kv = None
+        out.general = general = []
+        out.prefill_tokens = out.prefill_ctx_sum = 0
         append = scheduled.append
         running = self.running
         last_pos = cfg.max_model_len - 1
@@ -181,7 +190,6 @@ class Scheduler:
         # is tallied at the end
         nd = kv_sum = kv_max = 0
         kv_min = 1 << 62
-        general = out.general
         retally = False
         spare = self._spare
         pop = spare.pop
@@ -322,12 +330,16 @@ class Scheduler:
 
         out.num_tokens = cfg.max_num_batched_tokens - budget
         if retally:
+            out.num_decodes = out.decode_kv_sum = out.decode_kv_max = out.decode_kv_min = out.num_sampled = 0
             out.tally(scheduled)
         else:
             if nd:
                 out.num_decodes, out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min = nd, kv_sum + nd, kv_max + 1, kv_min + 1
+            else:
+                out.num_decodes = out.decode_kv_sum = out.decode_kv_max = out.decode_kv_min = 0
             out.num_sampled = len(scheduled) - len(general)
-            out.tally(general)
+            if general:
+                out.tally(general)
         return out
 
     def recycle(self, out: SchedulerOutput) -> None:
@@ -442,7 +454,12 @@ class Scheduler:
         samples = req.num_computed_tokens >= req.num_known_tokens
         if samples:
             req.num_known_tokens += 1           # a placeholder for its sample
-        return ScheduledRequest(req, num_new, before, samples)
+        sr = _new(ScheduledRequest)     # ScheduledRequest(req, num_new, before, samples), slots stored
+        sr.req = req
+        sr.num_new = num_new
+        sr.ctx_before = before
+        sr.samples = samples
+        return sr
 
     def _unschedule(self, sr: ScheduledRequest) -> None:
         if sr.samples:
@@ -499,9 +516,12 @@ class Scheduler:
         finished = []
         block_size = self.kv.block_size
         RUNNING = RequestStatus.RUNNING
-        for sr in out.scheduled:
-            if not sr.samples:
-                continue
+        scheduled = out.scheduled
+        # the entries that sample: all of them when the tally says so (a decode step), so
+        # no entry is tested then
+        if out.num_sampled != len(scheduled):
+            scheduled = [sr for sr in scheduled if sr.samples]
+        for sr in scheduled:
             req = sr.req
             # the placeholder becomes a real token: num_known_tokens stays
             n = req.num_tokens = req.num_tokens + 1

@@ -39,11 +39,21 @@ def shape_of(out: SchedulerOutput) -> BatchShape:
                       out.decode_kv_sum, out.decode_kv_max, out.decode_kv_min)
 
 
+_new = object.__new__
+
+
 def _timing(compute: int, comm: int, overhead: int) -> StepTiming:
+    """``StepTiming(total, compute, comm, overhead)``, its slots stored directly (a slotted
+    dataclass's ``__init__`` through the type call costs some 2,000 instructions)."""
     total = compute + comm + overhead
     if total < 1000:          # a step never takes less than a microsecond
         total = 1000
-    return StepTiming(total, compute, comm, overhead)
+    st = _new(StepTiming)
+    st.total_ns = total
+    st.compute_ns = compute
+    st.comm_ns = comm
+    st.overhead_ns = overhead
+    return st
 
 
 class StepTimer:
@@ -98,23 +108,24 @@ class StepTimer:
 
     def decode_stretch(self, n: int, kv_sum: int, kv_max: int, kv_min: int):
         """``time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
-        (a generator: the steps of a fast-forwarded run), from
+        (an iterator: the steps of a fast-forwarded run), from
         ``PerformanceModel.decode_stretch`` from j = 0 (its floats are ``decode_us``'s) and
-        the per-size parts ``time_decode`` keeps (``_timing``'s sum, in integers)."""
+        the per-size parts ``time_decode`` keeps (``_timing``'s sum, in integers), which that
+        generator turns into the ``StepTiming`` records itself (one generator level a step)."""
         if self.pp != 1:
-            j = 0
-            while True:
-                yield self.time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)
-                j += 1
+            return self._stages_stretch(n, kv_sum, kv_max, kv_min)
         parts = self._decode_memo.get(n)
         if parts is None:
             parts = self._decode_fixed(n, kv_sum, kv_max, kv_min)
         comm, overhead, _ = parts
-        fixed = comm + overhead
-        for us in self.perf.decode_stretch(n, kv_sum, kv_max, kv_min):
-            compute = round(us * 1000.0)
-            total = compute + fixed
-            yield StepTiming(total if total >= 1000 else 1000, compute, comm, overhead)
+        return self.perf.decode_stretch(n, kv_sum, kv_max, kv_min, (StepTiming, comm, overhead))
+
+    def _stages_stretch(self, n: int, kv_sum: int, kv_max: int, kv_min: int):
+        """``decode_stretch`` with pipeline stages: ``time_decode`` step by step."""
+        j = 0
+        while True:
+            yield self.time_decode(n, kv_sum + n * j, kv_max + j, kv_min + j)
+            j += 1
 
     def time(self, out: SchedulerOutput) -> StepTiming:
         """``time_shape(shape_of(out))``; a pure-decode step (every entry a decode) goes to
