@@ -21,7 +21,8 @@ Python's hash of int tuples is not randomised between runs, so chains are reprod
 
 A *pure* stream (its every block a ``(stream uid, block index)`` block: no parent blocks, no
 explicit ids or hash ids covering a whole block; an agent trace's program streams and every
-count-only request) needs no hashing: its chain is a function of ``(uid, b)`` alone (nothing
+count-only request; a stream forked before its identities were computed is not kept pure)
+needs no hashing: its chain is a function of ``(uid, b)`` alone (nothing
 before block 0), so block b's identity is the int ``STREAM_BASE + (uid << STREAM_SHIFT) + b``,
 appended a range at a time in C. It stands for the chained hash exactly: two pure-stream
 identities are equal iff their ``(uid, b)`` are (``uid < 2**STREAM_SHIFT`` and a chain is
@@ -66,6 +67,12 @@ class TokenStream:
                 and (hash_ids is None or not hash_ids or prompt_len < block_size))
         self._base = (STREAM_BASE + (uid << STREAM_SHIFT)
                       if pure and 0 <= uid < 1 << STREAM_SHIFT else None)
+        if self._shared_blocks and parent._base is not None and not parent._hashes:
+            # a forked stream keeps chained hashes (none computed yet, so nothing changes but
+            # the identities' values): its blocks are then the fork's shared prefix in the
+            # prefix dict, which the fork's memo lists, instead of a pure map's places, which
+            # it could not (block_pool.PrefixMemo: a fork of a pure stream lists nothing)
+            parent._base = None
 
     def block_hashes(self, n_blocks: int) -> list[int]:
         """The chained hashes of the first ``n_blocks`` full blocks (a cached list; callers

@@ -303,13 +303,16 @@ def test_duplicate_block_stays_hittable_after_other_copy_evicted():
     kv.check_invariants()
 
 
-def test_next_call_reads_the_stream_memo_and_eviction_cuts_it():
+@pytest.mark.parametrize("pure", [True, False])
+def test_next_call_reads_the_stream_memo_and_eviction_cuts_it(pure):
     """A program's next call (same token stream) gets its predecessor's published blocks from
     the stream's memo without looking their hashes up; evicting the predecessor's tail (the
-    free queue takes it first) cuts the memo back to the surviving prefix, exactly."""
+    free queue takes it first) cuts the memo back to the surviving prefix, exactly. (A pure
+    stream's identities are in its memo's map, a hashed stream's in the prefix dict.)"""
     from llmservingsim.tokens import TokenStream
     kv = create_kv(num_blocks=11)
-    stream = TokenStream(uid=77, block_size=BLOCK)
+    # explicit ids for the first block only: a hashed chain with the same block structure
+    stream = TokenStream(uid=77, block_size=BLOCK, ids=None if pure else list(range(BLOCK)))
     call0 = make_request(0, num_tokens=5 * 16 + 3, stream=stream)     # 5 full blocks + 3 tokens
     ok, hits, _ = allocate(kv, call0)
     assert ok and hits == [] and block_ids(kv, call0) == [1, 2, 3, 4, 5, 6]
@@ -323,14 +326,15 @@ def test_next_call_reads_the_stream_memo_and_eviction_cuts_it():
     assert block_ids(kv, other) == [7, 8, 9, 10, 6, 5]
     assert memo.valid == 4 and memo.cuts == 1           # block 5 (place 4) lost its content
 
-    # a pure stream's identities live in its memo's map (PrefixMemo.slots), not in the hashed
-    # identities' dict: the lookup after the memo reads the map, and looks nothing up
     lookups = []
     get = kv.pool._hashed.get
     kv.pool._hashed = type("Counting", (dict,), {"get": lambda self, h: lookups.append(h) or get(h)})(kv.pool._hashed)
     call1 = make_request(1, num_tokens=8 * 16 + 1, stream=stream)
     hits, num_hit = kv.get_computed_blocks(call1)
     assert [b.block_id for b in hits] == [1, 2, 3, 4] and num_hit == 64
-    assert lookups == []
-    assert memo.slots[:6] == hits + [None, None]         # place 4 dropped, place 5 never published
+    if pure:    # the lookup after the memo reads the map (PrefixMemo.slots): no dict lookup
+        assert lookups == []
+        assert memo.slots[:6] == hits + [None, None]     # place 4 dropped, place 5 never published
+    else:
+        assert lookups == stream.block_hashes(8)[4:8]   # only the hashes after the memo
     kv.check_invariants()

@@ -159,6 +159,30 @@ def test_a_fork_reads_its_parents_map_and_lists_nothing():
     pool.check_invariants()
 
 
+
+def test_a_stream_forked_before_use_keeps_chained_hashes_and_its_fork_lists_the_prefix():
+    """A workload forks a stream when it is loaded, before any identity is computed: the
+    parent then keeps chained hashes (``TokenStream``), so the fork's memo is an ordinary one
+    and lists the shared prefix (a ``mixed`` one lists nothing and looks the whole chain up
+    at every check: on a trace that forks every sixth call, +34 % event-loop instructions)."""
+    pool = BlockPool(16)
+    parent = TokenStream(4, BS)
+    fork = TokenStream(20, BS, parent=parent, shared_tokens=3 * BS)
+    assert parent._base is None and fork._base is None
+    ph, fh = parent.block_hashes(6)[:6], fork.block_hashes(8)[:8]
+    assert fh[:3] == ph[:3] and max(ph + fh) < STREAM_BASE
+    pm, fm = pool.memo_of(parent), pool.memo_of(fork)
+    assert pm.base is None and fm.base is None and fm.mixed == 0
+    pb = pool.get_new_blocks(6)
+    pool.cache_blocks(pb, ph, pm, 0)
+    assert pool.look_up(fm, fh, 8) == pb[:3] and fm.valid == 3 and fm.blocks == pb[:3]
+    assert pm.valid == 0 and pm.cuts == 1       # listed by the fork now: cut out of the parent's
+    pool.check_invariants()
+    used = TokenStream(5, BS)
+    used.block_hashes(2)
+    late = TokenStream(21, BS, parent=used, shared_tokens=BS)       # forked after use: stays pure
+    assert used._base is not None and pool.memo_of(late).mixed == 1
+
 def test_a_pure_lookup_stops_at_n_and_the_listing_at_its_span():
     """Places published out of order: a span after ``valid`` is not listed, a span at
     ``valid`` is listed to its end only; a lookup of n blocks returns and lists at most n
