@@ -372,6 +372,18 @@ def _reversed_match(out: list, i: int, listed: list, p: int) -> int:
     return k
 
 
+def _take_rest(out: list, i: int, k: int, it) -> int:
+    """A run of ``k`` taken blocks from ``out[i]`` (referenced already) dropped as one: each
+    loses its content, the rest are referenced, and ``it`` (over ``out``, at ``i``) skips past
+    them; returns the run's last index."""
+    out[i].block_hash = None
+    if k > 1:
+        for b in out[i + 1:i + k]:
+            b.ref_cnt = 1
+            b.block_hash = None
+        next(islice(it, k - 2, None), None)     # past the run (in C)
+    return i + k - 1
+
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
 
@@ -550,13 +562,7 @@ class BlockPool:
                         base = memo.base
                         if not copies or copies.keys().isdisjoint(range(base + lo, base + p + 1)):
                             slots[lo:p + 1] = [None] * k
-                            block.block_hash = None
-                            if k > 1:
-                                for b in out[i + 1:i + k]:
-                                    b.ref_cnt = 1
-                                    b.block_hash = None
-                                next(islice(it, k - 2, None), None)     # past the run (in C)
-                                i += k - 1
+                            i = _take_rest(out, i, k, it)
                             v = memo.valid
                             if lo < v:      # the places below valid are listed: a cut each
                                 memo.valid = lo
@@ -570,13 +576,7 @@ class BlockPool:
                     if not copies or copies.keys().isdisjoint(hashes):
                         for h in hashes:
                             del hashed[h]
-                        block.block_hash = None
-                        if k > 1:
-                            for b in out[i + 1:i + k]:
-                                b.ref_cnt = 1
-                                b.block_hash = None
-                            next(islice(it, k - 2, None), None)     # past the run (in C)
-                            i += k - 1
+                        i = _take_rest(out, i, k, it)
                         memo.valid = lo
                         memo.cuts += k
                         dropped = True
