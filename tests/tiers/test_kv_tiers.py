@@ -4,7 +4,6 @@ request waits, vLLM's LRU eviction when the tier is full, and the retention "off
 import sys
 from pathlib import Path
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
