@@ -238,10 +238,10 @@ class PerformanceModel:
     def decode_stretch(self, nd: int, kv_sum: int, kv_max: int, kv_min: int, timing=None):
         """``decode_us(nd, kv_sum + nd * j, kv_max + j, kv_min + j)`` for j = 0, 1, 2, ...
         (a generator): the steps of a fast-forwarded run, where every sequence grows by one
-        token a step. ``timing``: ``(cls, comm_ns, overhead_ns)``, then each step is yielded
-        as the ``cls`` record ``StepTimer`` makes of that float instead (``step_timer._timing``'s
+        token a step. ``timing``: ``(cls, comm_ns, overhead_ns, min_ns)``, then each step is
+        yielded as the ``cls`` record ``StepTimer`` makes of that float instead (``step_timer._timing``'s
         fields in its integers: compute ``round(us * 1000.0)``, total compute + comm + overhead,
-        at least 1000), built here so that a run resumes one generator a step, not two, and
+        at least ``min_ns``), built here so that a run resumes one generator a step, not two, and
         without the record's ``__init__`` (an instance of the slotted class, its four slots
         stored: the same object ``cls(total, compute, comm, overhead)`` is). Each value is the same float ``decode_us`` gives (the same operations
         in the same order: ``decode_fn``, ``_skewed`` and ``GridND.at_row`` written out),
@@ -266,7 +266,7 @@ class PerformanceModel:
             make = None
         else:
             make = object.__new__
-            cls, comm, overhead = timing
+            cls, comm, overhead, min_ns = timing
             fixed_ns = comm + overhead
         w = row[0]
         L = self.layers_per_stage
@@ -320,7 +320,7 @@ class PerformanceModel:
                 compute = round((dense + L * t + seq) * 1000.0)
                 total = compute + fixed_ns
                 st = make(cls)
-                st.total_ns = total if total >= 1000 else 1000
+                st.total_ns = total if total >= min_ns else min_ns
                 st.compute_ns = compute
                 st.comm_ns = comm
                 st.overhead_ns = overhead

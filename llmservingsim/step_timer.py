@@ -40,14 +40,15 @@ def shape_of(out: SchedulerOutput) -> BatchShape:
 
 
 _new = object.__new__
+MIN_STEP_NS = 1000      # a step never takes less than a microsecond
 
 
 def _timing(compute: int, comm: int, overhead: int) -> StepTiming:
     """``StepTiming(total, compute, comm, overhead)``, its slots stored directly (a slotted
     dataclass's ``__init__`` through the type call costs some 2,000 instructions)."""
     total = compute + comm + overhead
-    if total < 1000:          # a step never takes less than a microsecond
-        total = 1000
+    if total < MIN_STEP_NS:
+        total = MIN_STEP_NS
     st = _new(StepTiming)
     st.total_ns = total
     st.compute_ns = compute
@@ -118,7 +119,7 @@ class StepTimer:
         if parts is None:
             parts = self._decode_fixed(n, kv_sum, kv_max, kv_min)
         comm, overhead, _ = parts
-        return self.perf.decode_stretch(n, kv_sum, kv_max, kv_min, (StepTiming, comm, overhead))
+        return self.perf.decode_stretch(n, kv_sum, kv_max, kv_min, (StepTiming, comm, overhead, MIN_STEP_NS))
 
     def _stages_stretch(self, n: int, kv_sum: int, kv_max: int, kv_min: int):
         """``decode_stretch`` with pipeline stages: ``time_decode`` step by step."""
