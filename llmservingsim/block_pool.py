@@ -41,9 +41,7 @@ from collections.abc import Mapping
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
-from .tokens import STREAM_BASE, STREAM_SHIFT
-
-_B_MASK = (1 << STREAM_SHIFT) - 1
+from .tokens import STREAM_BASE, pure_base, pure_place
 
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
@@ -447,20 +445,19 @@ class BlockPool:
     def get_cached_block(self, block_hash: int) -> Optional[KVBlock]:
         """The primary of ``block_hash``, or None."""
         if block_hash >= STREAM_BASE:
-            memo = self.pure_memos.get((block_hash - STREAM_BASE) >> STREAM_SHIFT)
+            uid, b = pure_place(block_hash)
+            memo = self.pure_memos.get(uid)
             if memo is None:
                 return None
-            b = block_hash & _B_MASK
             slots = memo.slots
             return slots[b] if b < len(slots) else None
         return self._hashed.get(block_hash)
 
-    def _pure_memo(self, block_hash: int) -> PrefixMemo:
-        """The pure memo holding the identity ``block_hash`` (created empty if none)."""
-        uid = (block_hash - STREAM_BASE) >> STREAM_SHIFT
+    def _pure_memo(self, uid: int) -> PrefixMemo:
+        """The pure memo of ``uid`` (created empty if none)."""
         memo = self.pure_memos.get(uid)
         if memo is None:
-            memo = self.pure_memos[uid] = PrefixMemo(None, STREAM_BASE + (uid << STREAM_SHIFT))
+            memo = self.pure_memos[uid] = PrefixMemo(None, pure_base(uid))
         return memo
 
     def get_new_blocks(self, n: int) -> list[KVBlock]:
@@ -753,8 +750,8 @@ class BlockPool:
         but a pure memo's map (the path of publications without a memo or a mixed one's)."""
         block.block_hash = h
         if h >= STREAM_BASE:
-            memo = self._pure_memo(h)
-            b = h & _B_MASK
+            uid, b = pure_place(h)
+            memo = self._pure_memo(uid)
             slots = memo.slots
             if len(slots) < b + 2:      # the map ends in a None
                 slots += [None] * (b + 2 - len(slots))
@@ -943,7 +940,7 @@ class BlockPool:
         found: list[KVBlock] = []
         mixed = memo.mixed
         if mixed:       # a pure stream's identities first (one map), then hashed ones; unlisted
-            slots = self._pure_memo(hashes[0]).slots
+            slots = self._pure_memo(pure_place(hashes[0])[0]).slots
             j = min(slots.index(None), mixed, n)
             found = slots[:j]
             if j < mixed or j == n:
@@ -1009,8 +1006,8 @@ class BlockPool:
         has copies: the primary gives its place to the oldest copy (in a pure map too)."""
         others = self.copies[h]
         if h >= STREAM_BASE:
-            memo = self._pure_memo(h)
-            p = h & _B_MASK
+            uid, p = pure_place(h)
+            memo = self._pure_memo(uid)
             slots = memo.slots
             if slots[p] is block:       # (the caller cuts a memo listing it)
                 new = slots[p] = others.pop(0)
@@ -1052,7 +1049,7 @@ class BlockPool:
             assert b.block_hash == h and h < STREAM_BASE, (h, b)
         for uid, memo in self.pure_memos.items():
             slots = memo.slots
-            assert memo.base == STREAM_BASE + (uid << STREAM_SHIFT) and slots[-1] is None
+            assert memo.base == pure_base(uid) and slots[-1] is None
             assert memo.valid <= slots.index(None), (memo.valid, slots.index(None))
             assert memo.blocks[:memo.valid] == slots[:memo.valid]
             for p, b in enumerate(slots):
@@ -1062,7 +1059,7 @@ class BlockPool:
             assert bs and h in self.cached and all(b.block_hash == h for b in bs)
         for memo in memos.values():
             if memo.base is not None:
-                assert self.pure_memos[(memo.base - STREAM_BASE) >> STREAM_SHIFT] is memo
+                assert self.pure_memos[pure_place(memo.base)[0]] is memo
             assert not memo.mixed or memo.valid == 0
             for i in range(memo.valid):
                 b = memo.blocks[i]

@@ -44,6 +44,16 @@ STREAM_SHIFT = 40
 AHEAD = 16      # blocks a pure stream's chain is extended past the blocks asked for
 
 
+def pure_base(uid: int) -> int:
+    """The identity of block 0 of the pure stream ``uid`` (block b's is ``pure_base(uid) + b``)."""
+    return STREAM_BASE + (uid << STREAM_SHIFT)
+
+
+def pure_place(identity: int) -> tuple[int, int]:
+    """``(uid, b)`` of a pure-stream identity (one at least ``STREAM_BASE``)."""
+    return (identity - STREAM_BASE) >> STREAM_SHIFT, identity & ((1 << STREAM_SHIFT) - 1)
+
+
 class TokenStream:
     __slots__ = ("uid", "block_size", "_parent", "_shared_blocks", "_ids", "_hash_ids",
                  "_hash_block_tokens", "_prompt_len", "_hashes", "memos", "_base")
@@ -65,8 +75,7 @@ class TokenStream:
         # a pure stream's identity of block 0 (module docstring), else None (chained hashes)
         pure = (not self._shared_blocks and (ids is None or len(ids) < block_size)
                 and (hash_ids is None or not hash_ids or prompt_len < block_size))
-        self._base = (STREAM_BASE + (uid << STREAM_SHIFT)
-                      if pure and 0 <= uid < 1 << STREAM_SHIFT else None)
+        self._base = pure_base(uid) if pure and 0 <= uid < 1 << STREAM_SHIFT else None
         if self._shared_blocks and parent._base is not None and not parent._hashes:
             # a forked stream keeps chained hashes (none computed yet, so nothing changes but
             # the identities' values): its blocks are then the fork's shared prefix in the
