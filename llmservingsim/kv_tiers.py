@@ -427,8 +427,8 @@ class InstanceTiers:
         kv = self.kv
         if req.num_cached_tokens < 0:
             # first admission: vLLM counts its computed tokens when it schedules the landed
-            # request, local + external hits less the recomputed last token of a whole prompt
-            req.num_cached_tokens = min(num_hit + num_external, req.num_tokens - 1)
+            # request (what the landing will count)
+            req.num_cached_tokens = _computed_after_load(num_hit + num_external, req.num_tokens)
             kv.prefix_stats.queries += req.prompt_len
             kv.prefix_stats.hits += num_hit
         self.begin_load(req, len(hits), self._matched)
@@ -486,11 +486,7 @@ class InstanceTiers:
             total += len(hs)
         st.load_ns += load.end_ns - load.start_ns
         self.next_store[rid] = load.gpu_blocks + total      # loaded blocks are in a tier already
-        # a hit of the whole prompt recomputes its last token, to sample the next one (vLLM's
-        # _update_waiting_for_remote_kv); the hit is at most the prompt's full blocks
-        computed = (load.gpu_blocks + total) * self.kv.block_size
-        if computed == req.num_tokens:
-            computed -= 1
+        computed = _computed_after_load((load.gpu_blocks + total) * self.kv.block_size, req.num_tokens)
         self.inst.finished_recving(req, computed, True)
 
     # ---- retention "offload" -----------------------------------------------------------
@@ -518,6 +514,13 @@ class InstanceTiers:
                     key = (id(s), h)
                     out[key] = out.get(key, 0) + 1
         return out
+
+
+def _computed_after_load(hit_tokens: int, num_tokens: int) -> int:
+    """A landed load's computed tokens: its hit (GPU and tier blocks, at most the prompt's
+    full blocks), less one when that is the whole prompt, whose last token is recomputed to
+    sample the next (vLLM's ``_update_waiting_for_remote_kv``)."""
+    return hit_tokens - 1 if hit_tokens == num_tokens else hit_tokens
 
 
 def attach_tiers(inst, stores: list, block_bytes_rank: int, ranks: int, hooks=None) -> InstanceTiers:
