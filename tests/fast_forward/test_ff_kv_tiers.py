@@ -9,12 +9,10 @@ import random
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import llmservingsim.kv_tiers as kv_tiers
-from llmservingsim.errors import StuckError
-from program_layer.run import build_simulation, run_config
+from program_layer.run import build_simulation
 
 from test_ff_equivalence import _workload
-
-OUTPUTS = ("calls.csv", "programs.csv", "timeseries.csv", "summary.json")
+from test_ff_through_finishes import _outputs_equal
 
 
 def _cfg(tmp_path, seed: int, n_programs: int, pool_blocks: int, capacity_gib: float, gbs: float,
@@ -39,18 +37,7 @@ def _cfg(tmp_path, seed: int, n_programs: int, pool_blocks: int, capacity_gib: f
 def test_fast_forward_with_kv_tiers_matches_step_mode(tmp_path, seed, n_programs, pool_blocks, capacity_gib,
                                                       gbs, retention, max_num_seqs, budget):
     cfg = _cfg(tmp_path, seed, n_programs, pool_blocks, capacity_gib, gbs, retention, max_num_seqs, budget)
-    a, b = tmp_path / "ff", tmp_path / "step"
-    errors = []
-    for out, step_mode in ((a, False), (b, True)):
-        try:
-            run_config(cfg, out, step_mode=step_mode)
-        except StuckError as exc:    # a call larger than the pool: both modes say so alike
-            errors.append(exc.message.split(" (")[0])
-    if errors:
-        assert len(errors) == 2 and errors[0] == errors[1]
-        return
-    for name in OUTPUTS:
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    assert _outputs_equal(tmp_path, cfg)
 
 
 def test_runs_store_at_their_steps_and_retry_refusals(tmp_path, monkeypatch):
