@@ -48,6 +48,9 @@ from .tokens import STREAM_BASE, pure_base, pure_place
 COMPACT_SLACK = 1024
 # takes of more blocks than this look for memo tails to drop as runs (BlockPool._take_runs)
 BULK = 32
+# places a pure memo's map grows by past a one-block publication's (a decode publishes its
+# stream's next block, one at a time), so most of them find their place already there
+MAP_AHEAD = 16
 
 
 class KVBlock:
@@ -381,6 +384,7 @@ def _take_rest(out: list, i: int, k: int, it) -> int:
             b.block_hash = None
         next(islice(it, k - 2, None), None)     # past the run (in C)
     return i + k - 1
+
 
 class BlockPool:
     """Owns every block, their reference counts, the free queue and the content map."""
@@ -865,7 +869,7 @@ class BlockPool:
             if block.block_hash is None:
                 block.block_hash = block_hash
                 if len(slots) < pos + 2:        # the map ends in a None
-                    slots += [None] * (pos + 18 - len(slots))
+                    slots += [None] * (pos + 2 + MAP_AHEAD - len(slots))
                 if slots[pos] is None:
                     slots[pos] = block
                     block.memo = memo
