@@ -232,6 +232,16 @@ class CollectivePlanner:
                                                         e, mem, starts, chunks, k, link_free))
             plan = plan_phase(impl.algorithm, kind, len(members), chunk, impl.window)
             return tuple(chunks_finish_links(plan, members, self.network, e, mem, starts, chunks, k, link_free))
+        s0 = starts[0]
+        if starts.count(s0) == len(starts):
+            # Members that start together and finish one chunk together stay in step: every
+            # round of k chunks starts when the last one ended, the loop below with equal
+            # slots everywhere. Skewed finishes (a ring that wraps over a longer path) skew the
+            # next chunks' starts, which only the loop follows.
+            fin, _ = self._phase_finish(impl, kind, members, chunk, local, (0,) * len(starts))
+            t = fin[0]
+            if fin.count(t) == len(fin):
+                return (s0 + -(-chunks // k) * t,) * len(starts)
         slots = [[s] * k for s in starts]
         finish = list(starts)
         for _ in range(chunks):
