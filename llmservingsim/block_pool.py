@@ -587,8 +587,48 @@ class BlockPool:
         if dropped:
             self.drop_epoch += 1
 
+    def _free_tail(self, hits: list[KVBlock]) -> Optional[_Run]:
+        """The run whose last ``len(hits)`` places hold ``hits`` in reverse order, every
+        place of the run from its ``pos`` being live, or None. A program's next call hits
+        the context its previous call freed (tail first, as one run), so its hits are
+        usually such a tail: all of them free, found with a list comparison (identity, in
+        C) instead of a look at each block."""
+        first = hits[0]
+        if first.ref_cnt:
+            return None
+        run = first.free_run
+        blocks = run.blocks
+        n = len(blocks)
+        k = len(hits)
+        if blocks[-1] is not first or run.live != n - run.pos or k > run.live:
+            return None
+        # every place from pos is live, so these blocks are free (ref_cnt 0)
+        return run if blocks[n - k:] == hits[::-1] else None
+
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
+        if type(blocks) is list and blocks:
+            run = self._free_tail(blocks)
+            if run is not None:
+                # a free run's tail: each hit's first reference, and the run loses those
+                # places (the hits are not in it; their stale ``free_run`` is never read
+                # while they are referenced, as a block taken from a run's front)
+                for block in blocks:
+                    block.ref_cnt = 1
+                k = len(blocks)
+                del run.blocks[-k:]
+                run.live -= k
+                queue = self.free_queue
+                queue._places -= k
+                queue.num_free -= k
+                if not run.live:        # no place left: the run leaves the queue
+                    runs = queue.runs
+                    if runs[-1] is run:
+                        runs.pop()
+                    else:
+                        runs.remove(run)
+                    run.blocks = []
+                return
         taken = 0
         entry_only = multi = 0
         lazy = self.lazy_pins
@@ -614,6 +654,8 @@ class BlockPool:
         """(evictable, entry-held): the hits no one references, and those only retained entries
         reference (released with the entries, they become evictable too). One pass; a
         referenced hit first has the lazy entry references written (``materialize``)."""
+        if hits and self._free_tail(hits) is not None:     # all free (no lazy one is read)
+            return len(hits), 0
         evictable = entry_held = 0
         lazy = self.lazy_pins
         for b in hits:
