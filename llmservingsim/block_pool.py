@@ -31,7 +31,8 @@ Invariants
 - A hash's primary block changes only when that block's content is dropped (``cached[h]``
   is otherwise only added by a publish). ``PrefixMemo`` builds on that: a token stream's
   memo lists the primaries of its leading hashes, and every drop of one of them cuts the
-  memo back (through the block's ``memo`` / ``memo_pos`` back-pointer), so a prefix lookup
+  memo back (through the block's ``memo`` / ``memo_pos`` back-pointer; a pure identity's
+  memo and place follow from the identity, ``tokens.pure_place``), so a prefix lookup
   reads the memo instead of looking its hashes up again, with the same result.
 """
 from __future__ import annotations
@@ -62,7 +63,8 @@ class KVBlock:
         self.entry_refs = 0     # of ref_cnt, the references retained entries hold
         self.block_hash: Optional[int] = None
         self.free_run: Optional["_Run"] = None   # only touched by FreeBlockQueue
-        self.memo: Optional["PrefixMemo"] = None  # the memo that last listed it, at memo_pos
+        # the memo that last listed it, at memo_pos (not written for pure identities)
+        self.memo: Optional["PrefixMemo"] = None
         self.memo_pos = 0
 
     def __repr__(self) -> str:
@@ -282,8 +284,8 @@ class PrefixMemo:
     whose prompt extends the context its previous call published) need not look them up again.
 
     Invariant: for every ``i < valid``, ``blocks[i]`` is ``cached[hashes[i]]`` (the primary
-    of the stream's i-th hash), ``blocks[i].memo is self`` and ``blocks[i].memo_pos == i``;
-    places from ``valid`` on are stale. ``hashes`` is the stream's hash chain (read by checks,
+    of the stream's i-th hash), and, in a memo that is not pure, ``blocks[i].memo is self``
+    and ``blocks[i].memo_pos == i``; places from ``valid`` on are stale. ``hashes`` is the stream's hash chain (read by checks,
     and by a large take for the hashes of the listed blocks it drops). The pool keeps this
     true at the only events that can break it: a listed block's content is dropped (``valid``
     is cut back to its place: a hash's primary changes only when it is dropped), and another
@@ -296,10 +298,12 @@ class PrefixMemo:
     the prefix map of those identities in its pool, which ``cached`` does not hold:
     ``slots[b]`` is the primary of ``base + b`` or None, for every b (beyond the list: None;
     the list always ends in a None, so ``slots.index(None, k)`` finds the end of a
-    published run), and every primary ``slots[b]`` has ``memo is self`` and ``memo_pos ==
-    b`` (listed or not). So ``blocks[i] is slots[i]`` for ``i < valid``. Publishing a span
-    of identities is a slice assignment after a check in C that none is published, a
-    lookup is a slice, and dropping a run of places is one slice assignment.
+    published run). So ``blocks[i] is slots[i]`` for ``i < valid``. A primary's place
+    and memo follow from its identity (``tokens.pure_place``: the uid's memo in
+    ``BlockPool.pure_memos``, place b), so its ``memo`` / ``memo_pos`` are not written (they
+    are stale: a drop reads the identity). Publishing a span of identities is a slice
+    assignment after a check in C that none is published and a write of each block's
+    identity, a lookup is a slice, and dropping a run of places is one slice assignment.
     ``mixed`` (the number of leading identities of a pure stream in the chain of a stream
     that is not pure: a fork of one): such a memo lists nothing (``valid`` stays 0); its
     lookups read the pure stream's map, then ``cached``."""
@@ -475,6 +479,7 @@ class BlockPool:
         # most popped blocks still hold content, usually the only block of their hash)
         hashed = self._hashed
         copies = self.copies
+        pure_memos = self.pure_memos
         dropped = False
         for block in out:
             block.ref_cnt = 1
@@ -485,16 +490,16 @@ class BlockPool:
                     self._drop_contents((block,), bump=False)
                     continue
                 block.block_hash = None
-                memo = block.memo
-                if memo is None:
+                if h >= STREAM_BASE:    # a pure identity's primary: its place in its map
+                    uid, p = pure_place(h)
+                    memo = pure_memos[uid]
+                    memo.slots[p] = None
+                else:
                     del hashed[h]
-                    continue
-                p = block.memo_pos
-                slots = memo.slots
-                if slots is not None and slots[p] is block:
-                    slots[p] = None     # a pure identity's primary: its place in the map
-                else:       # (a pure identity's primary is always in its map, as above)
-                    del hashed[h]
+                    memo = block.memo
+                    if memo is None:
+                        continue
+                    p = block.memo_pos
                 if p < memo.valid and memo.blocks[p] is block:      # PrefixMemo.cut, inlined
                     memo.valid = p
                     memo.cuts += 1
@@ -551,44 +556,87 @@ class BlockPool:
             h = block.block_hash
             if h is None:
                 continue
-            memo = block.memo
-            if memo is not None:
-                p = block.memo_pos
-                listed = memo.blocks
+            if h >= STREAM_BASE:
+                uid, p = pure_place(h)
+                memo = self.pure_memos[uid]
                 slots = memo.slots
-                if slots is not None:
-                    if slots[p] is block:       # a pure identity's primary
-                        k = _reversed_match(out, i, slots, p)
-                        lo = p + 1 - k
-                        base = memo.base
-                        if not copies or copies.keys().isdisjoint(range(base + lo, base + p + 1)):
-                            slots[lo:p + 1] = [None] * k
-                            i = _take_rest(out, i, k, it)
-                            v = memo.valid
-                            if lo < v:      # the places below valid are listed: a cut each
-                                memo.valid = lo
-                                memo.cuts += min(v, p + 1) - lo
-                            dropped = True
-                            continue
-                elif p < memo.valid and listed[p] is block:
-                    k = _reversed_match(out, i, listed, p)
+                if slots[p] is block:       # a pure identity's primary (not a copy)
+                    k = _reversed_match(out, i, slots, p)
                     lo = p + 1 - k
-                    hashes = memo.hashes[lo:p + 1]
-                    if not copies or copies.keys().isdisjoint(hashes):
-                        for h in hashes:
-                            del hashed[h]
+                    base = memo.base
+                    if not copies or copies.keys().isdisjoint(range(base + lo, base + p + 1)):
+                        slots[lo:p + 1] = [None] * k
                         i = _take_rest(out, i, k, it)
-                        memo.valid = lo
-                        memo.cuts += k
+                        v = memo.valid
+                        if lo < v:      # the places below valid are listed: a cut each
+                            memo.valid = lo
+                            memo.cuts += min(v, p + 1) - lo
                         dropped = True
                         continue
+            else:
+                memo = block.memo
+                if memo is not None and memo.slots is None:
+                    p = block.memo_pos
+                    listed = memo.blocks
+                    if p < memo.valid and listed[p] is block:
+                        k = _reversed_match(out, i, listed, p)
+                        lo = p + 1 - k
+                        hashes = memo.hashes[lo:p + 1]
+                        if not copies or copies.keys().isdisjoint(hashes):
+                            for h in hashes:
+                                del hashed[h]
+                            i = _take_rest(out, i, k, it)
+                            memo.valid = lo
+                            memo.cuts += k
+                            dropped = True
+                            continue
             self._drop_contents((block,), bump=False)     # block by block (rare)
             dropped = True
         if dropped:
             self.drop_epoch += 1
 
+    def _free_tail(self, hits: list[KVBlock]) -> Optional[_Run]:
+        """The run whose last ``len(hits)`` places hold ``hits`` in reverse order, every
+        place of the run from its ``pos`` being live, or None. A program's next call hits
+        the context its previous call freed (tail first, as one run), so its hits are
+        usually such a tail: all of them free, found with a list comparison (identity, in
+        C) instead of a look at each block."""
+        first = hits[0]
+        if first.ref_cnt:
+            return None
+        run = first.free_run
+        blocks = run.blocks
+        n = len(blocks)
+        k = len(hits)
+        if blocks[-1] is not first or run.live != n - run.pos or k > run.live:
+            return None
+        # every place from pos is live, so these blocks are free (ref_cnt 0)
+        return run if blocks[n - k:] == hits[::-1] else None
+
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Take a reference on cache hits; an unreferenced hit leaves the free queue."""
+        if type(blocks) is list and blocks:
+            run = self._free_tail(blocks)
+            if run is not None:
+                # a free run's tail: each hit's first reference, and the run loses those
+                # places (the hits are not in it; their stale ``free_run`` is never read
+                # while they are referenced, as a block taken from a run's front)
+                for block in blocks:
+                    block.ref_cnt = 1
+                k = len(blocks)
+                del run.blocks[-k:]
+                run.live -= k
+                queue = self.free_queue
+                queue._places -= k
+                queue.num_free -= k
+                if not run.live:        # no place left: the run leaves the queue
+                    runs = queue.runs
+                    if runs[-1] is run:
+                        runs.pop()
+                    else:
+                        runs.remove(run)
+                    run.blocks = []
+                return
         taken = 0
         entry_only = multi = 0
         lazy = self.lazy_pins
@@ -614,6 +662,8 @@ class BlockPool:
         """(evictable, entry-held): the hits no one references, and those only retained entries
         reference (released with the entries, they become evictable too). One pass; a
         referenced hit first has the lazy entry references written (``materialize``)."""
+        if hits and self._free_tail(hits) is not None:     # all free (no lazy one is read)
+            return len(hits), 0
         evictable = entry_held = 0
         lazy = self.lazy_pins
         for b in hits:
@@ -761,8 +811,6 @@ class BlockPool:
                 slots += [None] * (b + 2 - len(slots))
             if slots[b] is None:
                 slots[b] = block
-                block.memo = memo
-                block.memo_pos = b
                 return
         elif self._hashed.setdefault(h, block) is block:
             return
@@ -825,11 +873,11 @@ class BlockPool:
         if not any(slots[start:end]):       # no identity published (in C)
             for block, block_hash in zip(blocks, hashes):
                 if block.block_hash is not None:
+                    i += blocks.index(block)        # (a request holds a block once)
                     break
                 block.block_hash = block_hash
-                block.memo = memo
-                block.memo_pos = i
-                i += 1
+            else:
+                i = end
             slots[start:i] = blocks[:i - start] if i < end else blocks
             listed_to = i
         else:
@@ -842,8 +890,6 @@ class BlockPool:
                     block.block_hash = block_hash
                     if slots[i] is None:
                         slots[i] = block
-                        block.memo = memo
-                        block.memo_pos = i
                     else:
                         copies.setdefault(block_hash, []).append(block)
                         if listed_to < 0:
@@ -872,8 +918,6 @@ class BlockPool:
                     slots += [None] * (pos + 2 + MAP_AHEAD - len(slots))
                 if slots[pos] is None:
                     slots[pos] = block
-                    block.memo = memo
-                    block.memo_pos = pos
                     if memo.valid == pos:
                         listed = memo.blocks
                         del listed[pos:]
@@ -937,7 +981,7 @@ class BlockPool:
             found = slots[k:j]
             listed = memo.blocks
             del listed[k:]
-            listed += found     # (each primary's back-pointer names its place already)
+            listed += found     # (a pure primary's place is its identity's: no back-pointer)
             memo.valid = j
             return found
         k = k0 = memo.valid
@@ -995,13 +1039,22 @@ class BlockPool:
         for block in blocks:
             h = block.block_hash
             block.block_hash = None
-            memo = block.memo
+            if h >= STREAM_BASE:        # a pure identity: its memo and place are its own
+                uid, p = pure_place(h)
+                memo = self.pure_memos[uid]
+                if copies and h in copies:
+                    self._drop_copy(block, h)
+                else:                   # its primary: its map place
+                    memo.slots[p] = None
+                if p < memo.valid and memo.blocks[p] is block:      # PrefixMemo.cut
+                    memo.valid = p
+                    memo.cuts += 1
+                continue
             if copies and h in copies:
                 self._drop_copy(block, h)
-            elif memo is not None and memo.slots is not None and memo.slots[block.memo_pos] is block:
-                memo.slots[block.memo_pos] = None   # a pure identity's primary: its map place
             else:                       # the usual case: the hash's only block
                 del hashed[h]
+            memo = block.memo
             if memo is not None:
                 memo.cut(block)
 
@@ -1014,9 +1067,7 @@ class BlockPool:
             memo = self._pure_memo(uid)
             slots = memo.slots
             if slots[p] is block:       # (the caller cuts a memo listing it)
-                new = slots[p] = others.pop(0)
-                new.memo = memo
-                new.memo_pos = p
+                slots[p] = others.pop(0)
             else:
                 others.remove(block)
         elif self._hashed[h] is block:
@@ -1058,15 +1109,16 @@ class BlockPool:
             assert memo.blocks[:memo.valid] == slots[:memo.valid]
             for p, b in enumerate(slots):
                 if b is not None:
-                    assert b.block_hash == memo.base + p and b.memo is memo and b.memo_pos == p, (b, p)
+                    assert b.block_hash == memo.base + p, (b, p)
         for h, bs in self.copies.items():
             assert bs and h in self.cached and all(b.block_hash == h for b in bs)
         for memo in memos.values():
             if memo.base is not None:
                 assert self.pure_memos[pure_place(memo.base)[0]] is memo
             assert not memo.mixed or memo.valid == 0
+            if memo.base is not None:       # its listed prefix is its map's (checked above)
+                continue
             for i in range(memo.valid):
                 b = memo.blocks[i]
                 assert b.memo is memo and b.memo_pos == i, (b, i)
-                h = memo.base + i if memo.base is not None else memo.hashes[i]
-                assert self.cached.get(h) is b, (b, i)
+                assert self.cached.get(memo.hashes[i]) is b, (b, i)

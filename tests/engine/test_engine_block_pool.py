@@ -206,3 +206,50 @@ def test_lazy_entry_release_frees_tail_first_as_one_run():
     assert pool.entry_only == 0 and pool.lazy_pins == {} and [b.ref_cnt for b in a] == [0, 0, 0]
     assert len(pool.free_queue.runs[-1].blocks) == 3
     pool.check_invariants()
+
+
+def test_hits_on_a_free_runs_tail():
+    """A context freed tail first is one run; the next call's hits from its first block are
+    that run's tail, reversed (``BlockPool._free_tail``): touched without a look at each
+    block, the run loses those places, and ``hit_counts`` counts them all evictable. With an
+    empty place among them (another hit), or a block after them that is not the run's next,
+    they are not such a tail and are touched block by block."""
+    pool = BlockPool(10)
+    a = pool.get_new_blocks(5)                      # blocks 1 .. 5
+    pool.free_blocks(reversed(a))                   # one run: 5, 4, 3, 2, 1
+    run = a[0].free_run
+    assert pool.hit_counts(a[:3]) == (3, 0)
+    pool.touch(a[:3])
+    assert [b.ref_cnt for b in a] == [1, 1, 1, 0, 0]
+    assert pool.free_queue.block_ids() == [6, 7, 8, 9, 5, 4] and pool.num_free == 6
+    assert run.blocks == [a[4], a[3]] and run.live == 2         # the places are gone
+    pool.check_invariants()
+    pool.touch(a[3:])                               # the rest, whole: the run leaves the queue
+    assert pool.free_queue.block_ids() == [6, 7, 8, 9] and run not in pool.free_queue.runs
+    pool.free_blocks(reversed(a))                   # one run again: 5, 4, 3, 2, 1
+    b = pool.get_new_blocks(4)                      # 6 .. 9
+    pool.free_blocks(reversed(b))                   # a run behind it: 9, 8, 7, 6
+    pool.touch(a[:5])                               # a whole run, not the last one
+    assert pool.free_queue.block_ids() == [9, 8, 7, 6]
+    assert [x.block_id for x in pool.get_new_blocks(1)] == [9]
+    pool.check_invariants()
+
+
+def test_hits_not_a_free_runs_tail():
+    pool = BlockPool(10)
+    a = pool.get_new_blocks(5)
+    pool.free_blocks(reversed(a))                   # 6, 7, 8, 9, then the run 5, 4, 3, 2, 1
+    pool.touch([a[1]])                              # 2's place empties
+    assert pool.hit_counts(a[:3]) == (2, 0)
+    pool.touch(a[:3])
+    assert [b.ref_cnt for b in a] == [1, 2, 1, 0, 0]
+    assert pool.free_queue.block_ids() == [6, 7, 8, 9, 5, 4]
+    pool.check_invariants()
+    pool.free_blocks(reversed(a[:3]))               # 3 and 1 free: the run 3, 1
+    (c,) = pool.get_new_blocks(1)                   # 6
+    pool.free_blocks([c])                           # the run 6
+    hits = [a[0], c]                                # 1 is the run's last, 6 is not before it
+    assert pool.hit_counts(hits) == (2, 0)
+    pool.touch(hits)
+    assert pool.free_queue.block_ids() == [7, 8, 9, 5, 4, 3]
+    pool.check_invariants()

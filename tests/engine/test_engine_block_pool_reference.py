@@ -151,6 +151,9 @@ def run_against_reference(chain_list, script):
             s, memo, n, hits, new = admission(pool, streams, pick, size)
             expect = ref.look_up(s.hashes[:n])
             assert [b.block_id for b in hits] == expect
+            if hits:        # the counts an admission check reads (a free run's tail: no pass)
+                assert pool.hit_counts(hits) == (sum(ref.ref[b] == 0 for b in expect), sum(
+                    0 < ref.ref[b] == ref.entry[b] for b in expect))
             if new < 0:
                 continue
             pool.touch(hits)
@@ -349,3 +352,64 @@ def test_a_large_take_drops_memo_tails_as_runs():
     assert sorted(pool.cached) == a.hashes[:10]
     assert all(x.ref_cnt == 1 and x.block_hash is None for x in got)
     pool.check_invariants()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["alloc", "free", "hit", "take", "retain"]),
+                          st.integers(0, 100), st.integers(0, 11)), max_size=40))
+def test_hits_on_freed_contexts_match_reference(script):
+    """Contexts are taken, freed tail first (one run each) or retained and released, and
+    later hit from their first block (a program's next call: its hits are the freed run's
+    tail, reversed: ``BlockPool._free_tail``'s case, whole or in part, after takes from the
+    front or other hits emptied some of its places, or not), from their second block, or
+    with another context's first block after them; the pool agrees with the
+    per-block reference after every step, and ``hit_counts`` with its counts."""
+    pool, ref = BlockPool(N), RefPool(N)
+    held: list = []         # contexts referenced (blocks in context order)
+    gone: list = []         # contexts freed, newest last
+    entries: list = []
+    for op, pick, size in script:
+        if op == "alloc":
+            k = min(size, pool.num_free)
+            got = pool.get_new_blocks(k)
+            assert [b.block_id for b in got] == ref.get_new(k)
+            if got:
+                held.append(got)
+        elif op == "take":
+            k = min(size % 4, pool.num_free)
+            got = pool.get_new_blocks(k)
+            assert [b.block_id for b in got] == ref.get_new(k)
+            if got:
+                held.append(got)
+        elif op in ("free", "retain") and held:
+            blocks = held.pop(pick % len(held))
+            if op == "retain" and size % 2:
+                pool.pin(blocks)
+                ref.pin([b.block_id for b in blocks])
+                pool.unpin(blocks)
+                ref.free_blocks([b.block_id for b in reversed(blocks)], False, True)
+            elif op == "retain":
+                pool.pin(blocks)
+                ref.pin([b.block_id for b in blocks])
+                entries.append(blocks)
+            else:
+                pool.free_blocks(reversed(blocks))
+                ref.free_blocks([b.block_id for b in reversed(blocks)], False, False)
+            gone.append(blocks)
+        elif op == "hit" and (gone or entries):
+            ctxs = gone + entries
+            ctx = ctxs[-1 - pick % len(ctxs)]
+            hits = ctx[:max(1, min(size, len(ctx)))]
+            if pick % 4 == 2 and len(hits) > 1:     # not from the first block (leaves places empty)
+                hits = hits[1:]
+            elif pick % 4 == 3:     # then another context's first block (not a run's tail)
+                other = ctxs[(pick // 4) % len(ctxs)][0]
+                if other not in hits:
+                    hits = hits + [other]
+            ids = [b.block_id for b in hits]
+            assert pool.hit_counts(hits) == (sum(ref.ref[b] == 0 for b in ids),
+                                             sum(0 < ref.ref[b] == ref.entry[b] for b in ids))
+            pool.touch(hits)
+            ref.touch(ids)
+            held.append(list(hits))
+        same_state(pool, ref)

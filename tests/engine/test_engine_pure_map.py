@@ -200,3 +200,34 @@ def test_a_pure_lookup_stops_at_n_and_the_listing_at_its_span():
     assert pool.look_up(memo, s.hashes, 6) == blocks[3:]
     assert memo.valid == 6
     pool.check_invariants()
+
+
+def test_a_pure_span_meeting_a_block_with_content_lists_up_to_it():
+    """A pure publication whose blocks hold, from some place, a block with content already:
+    the places before it take their blocks in one slice and are listed; that block keeps
+    its content, the blocks after it are published place by place, and the listing ends at
+    it. A large take then meets a copy of a pure identity (its place holds the primary):
+    dropped block by block, the primary keeps its place."""
+    pool = BlockPool(12)
+    s, t = RealStream(5, 6), RealStream(6, 6)
+    memo, other = pool.memo_of(s), pool.memo_of(t)
+    blocks = pool.get_new_blocks(5)
+    pool.cache_blocks(blocks[2:3], t.hashes[:1], other, 0)      # blocks[2] holds t's place 0
+    pool.cache_blocks(blocks, s.hashes[:5], memo, 0)
+    assert memo.valid == 2 and memo.blocks == blocks[:2]
+    assert memo.slots[:6] == blocks[:2] + [None] + blocks[3:5] + [None]
+    assert blocks[2].block_hash == t.hashes[0] and other.slots[0] is blocks[2]
+    pool.check_invariants()
+    (c,) = pool.get_new_blocks(1)
+    pool.cache_blocks([c], s.hashes[1:2], None)                 # a copy of s's place 1
+    assert pool.copies == {s.hashes[1]: [c]}
+    pool.free_blocks([c])
+    pool.free_blocks(reversed(blocks))
+    with mock.patch.object(block_pool, "BULK", 0):
+        got = pool.get_new_blocks(6)     # the never-used blocks, then c (the copy), then 5, 4
+    assert got[5:] == [c] and pool.copies == {} and c.block_hash is None
+    assert memo.slots[1] is blocks[1] and memo.valid == 2
+    pool.check_invariants()
+    got += pool.get_new_blocks(3)        # s's places 4, 3 (not listed) and t's place 0
+    assert memo.valid == 2 and memo.slots[:3] == blocks[:2] + [None] and other.slots[0] is None
+    pool.check_invariants()
