@@ -92,6 +92,13 @@ def try_fast_forward(inst, nxt) -> bool:
     sched = inst.scheduler
     if nxt.preempted or nxt.remote_kv is not None or sched.landed:  # transfers to start, landed KV to admit
         return False
+    running = sched.running
+    scheduled = nxt.scheduled
+    n = len(scheduled)
+    # every entry a decode that samples (the batch's tallies), of every running request in
+    # order (first: the usual decline, a step with a prefill chunk, costs no more than this)
+    if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
+        return False
     loop = inst.loop
     next_event = loop.peek()
     # no next event: no limit (not a large int: simulated times are unbounded ints, and a
@@ -100,12 +107,6 @@ def try_fast_forward(inst, nxt) -> bool:
     # cheap decline: no room for a run (unless the run may span the event: then its first
     # bulk step may be the one the event falls inside)
     if limit - loop.now < MIN_GAP_STEPS * inst.last_step_ns and not inst.may_span():
-        return False
-    running = sched.running
-    scheduled = nxt.scheduled
-    n = len(scheduled)
-    # every entry a decode that samples (the batch's tallies), of every running request in order
-    if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
         return False
     # the waiting head must stay blocked (checked before the walk below: a request that
     # arrived during the step just ended is usually admitted by the next schedule)
