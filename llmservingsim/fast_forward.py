@@ -153,6 +153,7 @@ def try_fast_forward(inst, nxt) -> bool:
                 order = sorted(range(n), key=lefts.__getitem__)
                 p = 0           # order[p:] are in the batch of step j
                 base = kv_sum   # that batch's KV sum at step N+1
+                lo_kv, hi_kv = kv_min, kv_max   # and its least and greatest KV length there
             q = p               # order[p:q]: the requests step j finishes
             while q < n and lefts[order[q]] == j:
                 q += 1
@@ -160,12 +161,17 @@ def try_fast_forward(inst, nxt) -> bool:
                 break
             times.append((t, timing))
             t += timing.total_ns
+            extreme = False     # a leaver had the least or greatest length: both looked up again
             for k in range(p, q):
-                base -= scheduled[order[k]].ctx_before + 1
+                kv = scheduled[order[k]].ctx_before + 1
+                base -= kv
+                if kv == lo_kv or kv == hi_kv:
+                    extreme = True
             p = q
             exit_at = lefts[order[q]]
             m = n - q           # step N+j+1's batch: tallies at step j+1 (each KV j tokens past N+1)
-            lo_kv, hi_kv = _kv_range(scheduled, order, q)
+            if extreme:
+                lo_kv, hi_kv = _kv_range(scheduled, order, q)
             stretch = inst.timer.decode_stretch(m, base + m * j, hi_kv + j, lo_kv + j)
         else:
             times.append((t, timing))
