@@ -92,6 +92,13 @@ def try_fast_forward(inst, nxt) -> bool:
     sched = inst.scheduler
     if nxt.preempted or nxt.remote_kv is not None or sched.landed:  # transfers to start, landed KV to admit
         return False
+    running = sched.running
+    scheduled = nxt.scheduled
+    n = len(scheduled)
+    # every entry a decode that samples (the batch's tallies), of every running request in
+    # order (first: the usual decline, a step with a prefill chunk, costs no more than this)
+    if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
+        return False
     loop = inst.loop
     next_event = loop.peek()
     # no next event: no limit (not a large int: simulated times are unbounded ints, and a
@@ -100,12 +107,6 @@ def try_fast_forward(inst, nxt) -> bool:
     # cheap decline: no room for a run (unless the run may span the event: then its first
     # bulk step may be the one the event falls inside)
     if limit - loop.now < MIN_GAP_STEPS * inst.last_step_ns and not inst.may_span():
-        return False
-    running = sched.running
-    scheduled = nxt.scheduled
-    n = len(scheduled)
-    # every entry a decode that samples (the batch's tallies), of every running request in order
-    if n == 0 or n != len(running) or nxt.num_decodes != n or nxt.num_sampled != n:
         return False
     # the waiting head must stay blocked (checked before the walk below: a request that
     # arrived during the step just ended is usually admitted by the next schedule)
@@ -152,6 +153,7 @@ def try_fast_forward(inst, nxt) -> bool:
                 order = sorted(range(n), key=lefts.__getitem__)
                 p = 0           # order[p:] are in the batch of step j
                 base = kv_sum   # that batch's KV sum at step N+1
+                lo_kv, hi_kv = kv_min, kv_max   # and its least and greatest KV length there
             q = p               # order[p:q]: the requests step j finishes
             while q < n and lefts[order[q]] == j:
                 q += 1
@@ -159,12 +161,17 @@ def try_fast_forward(inst, nxt) -> bool:
                 break
             times.append((t, timing))
             t += timing.total_ns
+            extreme = False     # a leaver had the least or greatest length: both looked up again
             for k in range(p, q):
-                base -= scheduled[order[k]].ctx_before + 1
+                kv = scheduled[order[k]].ctx_before + 1
+                base -= kv
+                if kv == lo_kv or kv == hi_kv:
+                    extreme = True
             p = q
             exit_at = lefts[order[q]]
             m = n - q           # step N+j+1's batch: tallies at step j+1 (each KV j tokens past N+1)
-            lo_kv, hi_kv = _kv_range(scheduled, order, q)
+            if extreme:
+                lo_kv, hi_kv = _kv_range(scheduled, order, q)
             stretch = inst.timer.decode_stretch(m, base + m * j, hi_kv + j, lo_kv + j)
         else:
             times.append((t, timing))

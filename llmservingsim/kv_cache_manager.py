@@ -268,15 +268,24 @@ class KVCacheManager:
         n = num_tokens // self.block_size
         if n <= done:
             return
-        hashes = req.stream.block_hashes(n)
         blocks = self.req_blocks[rid]
         hi = min(n, len(blocks))
         pool = self.pool
+        stream = req.stream
         if hi == done + 1:          # one block (a decode's): no slices
-            pool.cache_next_block(blocks[done], hashes[done], pool.memo_of(req.stream), done)
+            # the stream's memo and its chain (extended in place), as apply_decode_events reads them
+            memos = stream.memos
+            memo = memos.get(pool) if memos is not None else None
+            if memo is None:
+                memo = pool.memo_of(stream)
+            hashes = memo.hashes
+            if len(hashes) <= done:
+                hashes = stream.block_hashes(n)
+            pool.cache_next_block(blocks[done], hashes[done], memo, done)
             self.num_cached_blocks[rid] = hi
             return
-        pool.cache_blocks(blocks[done:hi], hashes[done:hi], pool.memo_of(req.stream), done)
+        hashes = stream.block_hashes(n)
+        pool.cache_blocks(blocks[done:hi], hashes[done:hi], pool.memo_of(stream), done)
         self.num_cached_blocks[rid] = hi
 
     def free(self, req: Request, drop_content: bool = False) -> None:

@@ -279,6 +279,10 @@ class PerformanceModel:
             # (mean, min and max all grow by one) but its float may move by an ulp
             kv_label, kv_lo, kv_hi, sr_label, sr_lo, sr_hi, alpha = held.labels
             alphas = held.alphas
+        else:
+            alpha = const
+        # _skewed's test, the same every step: the longest and shortest lengths both grow by one
+        skewed = nd >= 2 and kv_max != kv_min
         while True:
             mean_kv = kv_sum / nd
             if not m_lo <= mean_kv < m_hi:
@@ -287,10 +291,8 @@ class PerformanceModel:
             u = (mean_kv - ma) / ms
             lo = m0 + u * md0
             t = lo + w * ((m1 + u * md1) - lo)          # at(mean_kv)
-            if nd >= 2 and kv_max != kv_min:        # _skewed's correction
-                if by_labels is None:
-                    alpha = const
-                else:
+            if skewed:          # _skewed's correction
+                if by_labels is not None:
                     rate = (mean_kv - kv_min) / (kv_max - kv_min)
                     kv_new = not kv_lo < kv_max <= kv_hi
                     sr_new = not sr_lo < rate <= sr_hi
