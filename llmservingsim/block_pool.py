@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
-from .tokens import STREAM_BASE, pure_base, pure_place
+from .tokens import STREAM_BASE, STREAM_SHIFT, pure_base, pure_place
 
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
@@ -52,6 +52,8 @@ BULK = 32
 # places a pure memo's map grows by past a one-block publication's (a decode publishes its
 # stream's next block, one at a time), so most of them find their place already there
 MAP_AHEAD = 16
+# a pure identity's place within its stream (tokens.pure_place)
+PLACE_MASK = (1 << STREAM_SHIFT) - 1
 
 
 class KVBlock:
@@ -491,8 +493,9 @@ class BlockPool:
                     continue
                 block.block_hash = None
                 if h >= STREAM_BASE:    # a pure identity's primary: its place in its map
-                    uid, p = pure_place(h)
-                    memo = pure_memos[uid]
+                    x = h - STREAM_BASE     # (tokens.pure_place, written out: a hot path)
+                    memo = pure_memos[x >> STREAM_SHIFT]
+                    p = x & PLACE_MASK
                     memo.slots[p] = None
                 else:
                     del hashed[h]
@@ -557,8 +560,9 @@ class BlockPool:
             if h is None:
                 continue
             if h >= STREAM_BASE:
-                uid, p = pure_place(h)
-                memo = self.pure_memos[uid]
+                x = h - STREAM_BASE         # (tokens.pure_place, written out: a hot path)
+                memo = self.pure_memos[x >> STREAM_SHIFT]
+                p = x & PLACE_MASK
                 slots = memo.slots
                 if slots[p] is block:       # a pure identity's primary (not a copy)
                     k = _reversed_match(out, i, slots, p)
@@ -1040,8 +1044,9 @@ class BlockPool:
             h = block.block_hash
             block.block_hash = None
             if h >= STREAM_BASE:        # a pure identity: its memo and place are its own
-                uid, p = pure_place(h)
-                memo = self.pure_memos[uid]
+                x = h - STREAM_BASE     # (tokens.pure_place, written out: a hot path)
+                memo = self.pure_memos[x >> STREAM_SHIFT]
+                p = x & PLACE_MASK
                 if copies and h in copies:
                     self._drop_copy(block, h)
                 else:                   # its primary: its map place
