@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from itertools import islice
 from typing import Callable, Iterable, Iterator, Optional
 
-from .tokens import STREAM_BASE, STREAM_SHIFT, pure_base, pure_place
+from .tokens import PLACE_MASK, STREAM_BASE, STREAM_SHIFT, pure_base, pure_place
 
 
 # empty places a free queue tolerates beyond twice its free blocks before compacting its runs
@@ -52,8 +52,6 @@ BULK = 32
 # places a pure memo's map grows by past a one-block publication's (a decode publishes its
 # stream's next block, one at a time), so most of them find their place already there
 MAP_AHEAD = 16
-# a pure identity's place within its stream (tokens.pure_place)
-PLACE_MASK = (1 << STREAM_SHIFT) - 1
 
 
 class KVBlock:

@@ -41,6 +41,7 @@ BLOCK_TAG_HASHED = 2
 # a pure stream's block identities: STREAM_BASE + (uid << STREAM_SHIFT) + b (module docstring)
 STREAM_BASE = 1 << 64
 STREAM_SHIFT = 40
+PLACE_MASK = (1 << STREAM_SHIFT) - 1     # an identity's place b within its stream
 AHEAD = 16      # blocks a pure stream's chain is extended past the blocks asked for
 
 
@@ -51,7 +52,7 @@ def pure_base(uid: int) -> int:
 
 def pure_place(identity: int) -> tuple[int, int]:
     """``(uid, b)`` of a pure-stream identity (one at least ``STREAM_BASE``)."""
-    return (identity - STREAM_BASE) >> STREAM_SHIFT, identity & ((1 << STREAM_SHIFT) - 1)
+    return (identity - STREAM_BASE) >> STREAM_SHIFT, identity & PLACE_MASK
 
 
 class TokenStream:
