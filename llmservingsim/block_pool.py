@@ -188,6 +188,23 @@ class FreeBlockQueue:
             b.free_run = None
         self.num_free -= len(blocks)
 
+    def take_tail(self, run: _Run, k: int) -> None:
+        """Take the last ``k`` places of ``run``, all live (BlockPool._free_tail found them),
+        out of the queue with their blocks; the run leaves the queue when no place is left.
+        The blocks' stale ``free_run`` is not cleared: the caller references them, and a
+        referenced block's ``free_run`` is never read (as a block taken from a run's front)."""
+        del run.blocks[-k:]
+        run.live -= k
+        self._places -= k
+        self.num_free -= k
+        if not run.live:
+            runs = self.runs
+            if runs[-1] is run:
+                runs.pop()
+            else:
+                runs.remove(run)
+            run.blocks = []
+
     def popleft(self) -> KVBlock:
         if not self.num_free:
             raise RuntimeError("no free blocks")
@@ -625,19 +642,7 @@ class BlockPool:
                 # while they are referenced, as a block taken from a run's front)
                 for block in blocks:
                     block.ref_cnt = 1
-                k = len(blocks)
-                del run.blocks[-k:]
-                run.live -= k
-                queue = self.free_queue
-                queue._places -= k
-                queue.num_free -= k
-                if not run.live:        # no place left: the run leaves the queue
-                    runs = queue.runs
-                    if runs[-1] is run:
-                        runs.pop()
-                    else:
-                        runs.remove(run)
-                    run.blocks = []
+                self.free_queue.take_tail(run, len(blocks))
                 return
         taken = 0
         entry_only = multi = 0
