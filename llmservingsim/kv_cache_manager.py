@@ -273,11 +273,8 @@ class KVCacheManager:
         pool = self.pool
         stream = req.stream
         if hi == done + 1:          # one block (a decode's): no slices
-            # the stream's memo and its chain (extended in place), as apply_decode_events reads them
-            memos = stream.memos
-            memo = memos.get(pool) if memos is not None else None
-            if memo is None:
-                memo = pool.memo_of(stream)
+            # the stream's memo and its chain (extended in place)
+            memo = pool.memo_of(stream)
             hashes = memo.hashes
             if len(hashes) <= done:
                 hashes = stream.block_hashes(n)
