@@ -638,8 +638,7 @@ class BlockPool:
             run = self._free_tail(blocks)
             if run is not None:
                 # a free run's tail: each hit's first reference, and the run loses those
-                # places (the hits are not in it; their stale ``free_run`` is never read
-                # while they are referenced, as a block taken from a run's front)
+                # places (FreeBlockQueue.take_tail)
                 for block in blocks:
                     block.ref_cnt = 1
                 self.free_queue.take_tail(run, len(blocks))
