@@ -83,6 +83,13 @@ class TokenStream:
             # prefix dict, which the fork's memo lists, instead of a pure map's places, which
             # it could not (block_pool.PrefixMemo: a fork of a pure stream lists nothing)
             parent._base = None
+        if ids is not None and len(ids) >= block_size:
+            # The chain over the explicit ids is hashed now, while they are in the cache: a
+            # stream is made as its record is read (program_layer.workload_io), and hashing
+            # the same ids at the request's admission, from memory gone cold in between,
+            # cost the dev cell's event loop twice as much (docs/performance.md, 2026-12-04
+            # fourth sitting). vLLM, too, hashes a request's blocks when the request is made.
+            self.block_hashes(len(ids) // block_size)
 
     def block_hashes(self, n_blocks: int) -> list[int]:
         """The chained hashes of the first ``n_blocks`` full blocks (a cached list; callers

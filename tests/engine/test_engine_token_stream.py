@@ -100,3 +100,14 @@ def test_pure_stream_bounds():
     s = TokenStream(5, 16)
     with pytest.raises(ValueError):
         s.block_hashes((1 << STREAM_SHIFT) + 1)
+
+
+def test_explicit_ids_are_hashed_when_the_stream_is_made():
+    """A stream's chain over its explicit ids exists from construction (hashed while the ids
+    are fresh in memory, not at admission), equal to the per-block chain; fewer ids than a
+    block hash nothing and leave the stream pure."""
+    s = TokenStream(3, 4, ids=list(range(10)))          # two full blocks, two ids left over
+    assert s._hashes == _chain(s, 2, []) and len(s._hashes) == 2
+    assert s.block_hashes(3) == _chain(s, 3, [])        # extended past the ids as before
+    short = TokenStream(3, 4, ids=[1, 2, 3])
+    assert short._hashes == [] and short._base is not None
