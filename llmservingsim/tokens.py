@@ -17,6 +17,8 @@ Invariant: ``block_hashes(n)[b]`` depends only on the tokens of blocks ``0..b`` 
 equal prefixes give equal hash chains. Chains are computed once per stream and cached,
 which keeps prefix lookups of 100k-token contexts cheap across a program's many calls.
 Python's hash of int tuples is not randomised between runs, so chains are reproducible.
+A hashed identity is that hash shifted right by one bit (``hash(...) >> 1``), so every
+hashed identity lies in ``[-2**62, 2**62)`` and the range above it is left to pure streams.
 ``block_hashes`` always returns the same list, extended in place.
 
 A *pure* stream (its every block a ``(stream uid, block index)`` block: no parent blocks, no
@@ -25,10 +27,13 @@ count-only request; a stream forked before its identities were computed is not k
 needs no hashing: its chain is a function of ``(uid, b)`` alone (nothing
 before block 0), so block b's identity is the int ``STREAM_BASE + (uid << STREAM_SHIFT) + b``,
 appended a range at a time in C. It stands for the chained hash exactly: two pure-stream
-identities are equal iff their ``(uid, b)`` are (``uid < 2**STREAM_SHIFT`` and a chain is
+identities are equal iff their ``(uid, b)`` are (``uid < 2**UID_BITS`` and a chain is
 at most ``2**STREAM_SHIFT`` blocks; a longer one raises), which is when the chained hashes
-were equal; and every such identity is at least ``2**64``, above any value ``hash()`` returns,
-so it equals no hashed identity (explicit ids, hash ids, a forked stream's own blocks). Nothing
+were equal; and every such identity lies in ``[2**62, 2**63)``, above every hashed identity,
+so it equals none (explicit ids, hash ids, a forked stream's own blocks). Being below
+``2**63``, a pure identity is a C long: ``range`` makes a chain's ints, and the block pool
+decodes them (``h - STREAM_BASE``, a shift, a mask), on CPython's small-int fast paths, at
+about half the cost of the 65-bit ints an earlier ``STREAM_BASE`` of ``2**64`` gave. Nothing
 reads an identity but to compare it for equality or use it as a dict key (no output holds one,
 no order depends on its value), so the results are those of the chained hashes.
 """
@@ -39,8 +44,9 @@ from typing import Optional, Sequence
 BLOCK_TAG_STREAM = 1
 BLOCK_TAG_HASHED = 2
 # a pure stream's block identities: STREAM_BASE + (uid << STREAM_SHIFT) + b (module docstring)
-STREAM_BASE = 1 << 64
-STREAM_SHIFT = 40
+STREAM_BASE = 1 << 62
+STREAM_SHIFT = 30       # places: a chain of at most 2**30 blocks
+UID_BITS = 32           # pure uids below 2**32: STREAM_BASE + (uid << 30) + b < 2**63
 PLACE_MASK = (1 << STREAM_SHIFT) - 1     # an identity's place b within its stream
 AHEAD = 16      # blocks a pure stream's chain is extended past the blocks asked for
 
@@ -76,7 +82,7 @@ class TokenStream:
         # a pure stream's identity of block 0 (module docstring), else None (chained hashes)
         pure = (not self._shared_blocks and (ids is None or len(ids) < block_size)
                 and (hash_ids is None or not hash_ids or prompt_len < block_size))
-        self._base = pure_base(uid) if pure and 0 <= uid < 1 << STREAM_SHIFT else None
+        self._base = pure_base(uid) if pure and 0 <= uid < 1 << UID_BITS else None
         if self._shared_blocks and parent._base is not None and not parent._hashes:
             # a forked stream keeps chained hashes (none computed yet, so nothing changes but
             # the identities' values): its blocks are then the fork's shared prefix in the
@@ -121,7 +127,7 @@ class TokenStream:
         if ids is not None:
             end = min(n_blocks, len(ids) // bs)
             while b < end:
-                prev = hash((prev, tuple(ids[b * bs:(b + 1) * bs])))
+                prev = hash((prev, tuple(ids[b * bs:(b + 1) * bs]))) >> 1
                 append(prev)
                 b += 1
         hash_ids = self._hash_ids
@@ -131,12 +137,12 @@ class TokenStream:
             end = min(n_blocks, self._prompt_len // bs, -(-len(hash_ids) * hbt // bs))
             while b < end:
                 o = b * bs
-                prev = hash((prev, (BLOCK_TAG_HASHED, hash_ids[o // hbt], o % hbt)))
+                prev = hash((prev, (BLOCK_TAG_HASHED, hash_ids[o // hbt], o % hbt))) >> 1
                 append(prev)
                 b += 1
         uid = self.uid
         while b < n_blocks:
-            prev = hash((prev, (BLOCK_TAG_STREAM, uid, b)))
+            prev = hash((prev, (BLOCK_TAG_STREAM, uid, b))) >> 1
             append(prev)
             b += 1
         return hashes

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from llmservingsim import block_pool
 from llmservingsim.block_pool import BlockPool
-from llmservingsim.tokens import STREAM_BASE, TokenStream
+from llmservingsim.tokens import STREAM_BASE, STREAM_SHIFT, TokenStream
 
 import test_engine_block_pool_reference as ref
 
@@ -107,8 +107,8 @@ def test_a_pure_span_is_published_and_dropped_in_the_map():
     assert pool._hashed == {} and memo.slots[:k + 4] == blocks and memo.slots[k + 4:] == [None]
     assert memo.valid == k + 4 and memo.blocks == blocks
     assert all(pool.get_cached_block(h) is b for h, b in zip(s.hashes, blocks))
-    assert pool.get_cached_block(STREAM_BASE + (5 << 40) + k + 4) is None
-    assert pool.get_cached_block(STREAM_BASE + (6 << 40)) is None
+    assert pool.get_cached_block(STREAM_BASE + (5 << STREAM_SHIFT) + k + 4) is None
+    assert pool.get_cached_block(STREAM_BASE + (6 << STREAM_SHIFT)) is None
     pool.free_blocks(reversed(blocks))
     got = pool.get_new_blocks(k + 2)        # the never-used blocks first, then the tail
     kept = k + 4 - (k + 2 - fresh)          # places 0 .. kept - 1 survive

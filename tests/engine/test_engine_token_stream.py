@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from llmservingsim.tokens import (BLOCK_TAG_HASHED, BLOCK_TAG_STREAM, STREAM_BASE, STREAM_SHIFT,
-                                  TokenStream)
+                                  UID_BITS, TokenStream)
 
 
 def _key(s: TokenStream, b: int):
@@ -30,7 +30,7 @@ def _chain(s: TokenStream, n: int, parent_hashes: list) -> list:
     out = list(parent_hashes[:min(s._shared_blocks, n)]) if s._parent is not None else []
     prev = out[-1] if out else 0
     for b in range(len(out), n):
-        prev = hash((prev, _key(s, b)))
+        prev = hash((prev, _key(s, b))) >> 1
         out.append(prev)
     return out
 
@@ -58,7 +58,7 @@ def _streams(draw):
     if draw(st.booleans()):
         parent = TokenStream(7, bs, ids=draw(st.none() | st.lists(st.integers(0, 5), max_size=60)))
         shared = draw(st.integers(0, 100))
-    uid = draw(st.sampled_from([3, 0, (1 << STREAM_SHIFT) - 1]))     # the pure ints' edge uids too
+    uid = draw(st.sampled_from([3, 0, (1 << UID_BITS) - 1]))     # the pure ints' edge uids too
     s = TokenStream(uid, bs, parent=parent, shared_tokens=shared, ids=ids, hash_ids=hash_ids,
                     hash_block_tokens=hbt, prompt_len=prompt_len)
     return s, draw(st.lists(st.integers(0, 120), min_size=1, max_size=5))
@@ -86,16 +86,19 @@ def test_pure_stream_ints_have_the_chained_hashes_equalities(blocks, bs, with_id
     ints = [stream(u).block_hashes(b + 1)[b] for u, b in blocks]
     chained = [_chain(stream(u), b + 1, [])[b] for u, b in blocks]
     for i in range(len(blocks)):
-        assert ints[i] >= 1 << 64 > max(chained)       # hash() is below 2**63
+        assert 1 << 63 > ints[i] >= STREAM_BASE > max(chained) and min(chained) >= -(1 << 62)
         for j in range(len(blocks)):
             assert (ints[i] == ints[j]) == (chained[i] == chained[j]) == (blocks[i] == blocks[j])
     forked = TokenStream(3, bs, parent=stream(3), shared_tokens=bs)     # not pure: chained
-    assert forked._base is None and forked.block_hashes(3)[2] < 1 << 63
+    assert forked._base is None and forked.block_hashes(3)[2] < STREAM_BASE
 
 
 def test_pure_stream_bounds():
-    """A uid past the shift falls back to chained hashes; a chain past it raises."""
-    assert TokenStream(1 << STREAM_SHIFT, 16)._base is None
+    """A uid past UID_BITS falls back to chained hashes; a chain past 2**STREAM_SHIFT blocks
+    raises; the largest pure identity (the last uid's last place) is below 2**63, a C long."""
+    assert TokenStream(1 << UID_BITS, 16)._base is None
+    last = TokenStream((1 << UID_BITS) - 1, 16)
+    assert last._base + (1 << STREAM_SHIFT) - 1 == (1 << 63) - 1
     assert TokenStream(-1, 16)._base is None
     s = TokenStream(5, 16)
     with pytest.raises(ValueError):
