@@ -196,7 +196,15 @@ def try_fast_forward(inst, nxt) -> bool:
         while steps in ends:                    # no finish in the last bulk step
             steps -= 1
         if horizon < steps:
-            fins = sorted((lefts[i], i) for i in range(n) if lefts[i] < steps)
+            # (last step, batch index) of the requests that finish inside the run, by step and
+            # then batch order: ``order``'s prefix (batch indices sorted stably by their last
+            # step), read only as far as it finishes
+            fins = []
+            for i in order:
+                left = lefts[i]
+                if left >= steps:
+                    break
+                fins.append((left, i))
     if steps < MIN_STEPS - 1:
         return False
     if steps < len(times):
