@@ -9,7 +9,7 @@ recorded before the speed work of issue 15 landed:
 
     python tests/scenarios/test_example_outputs.py --record     # only for a deliberate change
 
-``benchmarks/check_examples.py`` runs the same comparison on the uncapped configs by hand.
+There is no uncapped counterpart: the golden digests exist for the capped runs only.
 """
 from __future__ import annotations
 
