@@ -156,12 +156,12 @@ def main() -> None:
         trace = Path(tmp) / f"{args.stream}.csv"
         n = write_stream(config, trace)
         argv = vidur_args(str(trace), args.max_tokens, str(Path(tmp) / "out"), cache)
-        env_child = [args.vidur_python, str(Path(__file__).resolve()), "--child", json.dumps(argv)]
+        loop_cmd = [args.vidur_python, str(Path(__file__).resolve()), "--child", json.dumps(argv)]
         ours, theirs, whole, batches = [], [], [], None
         our_loop(config)        # warm-up, not counted: the first run's caches
         for _ in range(args.repeats):
             ours.append(our_loop(config))
-            _, out = child_cpu(env_child, vidur)
+            _, out = child_cpu(loop_cmd, vidur)
             r = json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][7:])
             theirs.append(r["loop_s"])
             batches = r["batches"]
