@@ -18,7 +18,8 @@ with a one-point grid (the default grid trains for about 2,700 CPU s; the loop r
 of predictions either way, cached under ``--cache-dir`` after the first run), every metric,
 trace and plot output off, ``max_tokens`` 8,192 so that no prompt is shortened.
 
-After one uncounted run of ours, per repeat, alternating: our loop (``sim.run()`` of a fresh build, ``time.process_time``),
+After one uncounted run of ours, per repeat, alternating: our loop (``bench_cells.run_once``:
+``sim.run()`` of a fresh build, ``time.process_time``),
 Vidur's loop (a fresh child builds its ``Simulator`` untimed, then times ``Simulator.run()``
 the same way), and, unless ``--no-whole``, Vidur's whole process (``python -m vidur.main``,
 user + system CPU of the child). Best of ``repeats`` each, and the ratio.
@@ -28,11 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_process import child_cpu     # stdlib only: the Vidur child imports this module too
 
 HERE = Path(__file__).resolve().parent
 STREAMS = {
@@ -77,9 +79,9 @@ def vidur_args(trace: str, max_tokens: int, out_dir: str, cache_dir: str) -> lis
     ]
 
 
-def _vidur_loop(argv: list[str]) -> None:
+def _vidur_loop(argv: list[str], result: str) -> None:
     """In the child (Vidur's interpreter, Vidur's checkout as cwd): build untimed, time the
-    loop, print one JSON line."""
+    loop, write its CPU seconds and batch count as JSON to ``result``."""
     sys.path.insert(0, os.getcwd())
     sys.argv = ["vidur.main"] + argv
     from vidur.config import SimulationConfig
@@ -93,7 +95,7 @@ def _vidur_loop(argv: list[str]) -> None:
     t0 = time.process_time()
     sim.run()
     loop = time.process_time() - t0
-    print("RESULT " + json.dumps({"loop_s": loop, "batches": Batch._id - first}), flush=True)
+    Path(result).write_text(json.dumps({"loop_s": loop, "batches": Batch._id - first}))
 
 
 def write_stream(config: Path, path: Path) -> int:
@@ -112,26 +114,6 @@ def write_stream(config: Path, path: Path) -> int:
     return len(sim.programs)
 
 
-def our_loop(config: Path) -> float:
-    from program_layer.config import load_config
-    from program_layer.run import build_simulation
-    sim = build_simulation(load_config(config))
-    t0 = time.process_time()
-    sim.run()
-    return time.process_time() - t0
-
-
-def child_cpu(cmd: list[str], cwd: str) -> tuple[float, str]:
-    """Run ``cmd``; its user + system CPU seconds and its output."""
-    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = p.stdout.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.stderr.write(out[-3000:])
-        raise SystemExit(f"Vidur's child failed: {' '.join(cmd[:3])} ...")
-    return usage.ru_utime + usage.ru_stime, out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--vidur", type=Path, help="Vidur checkout (holds vidur/ and data/profiling/)")
@@ -143,10 +125,12 @@ def main() -> None:
                     help="Vidur's predictor cache (default: <vidur>/cache); the first run trains it")
     ap.add_argument("--no-whole", action="store_true", help="skip Vidur's whole-process runs")
     ap.add_argument("--child", help=argparse.SUPPRESS)       # JSON argv: the timed child in Vidur's interpreter
+    ap.add_argument("--result", help=argparse.SUPPRESS)      # where that child writes its timing
     args = ap.parse_args()
     if args.child is not None:
-        _vidur_loop(json.loads(args.child))
+        _vidur_loop(json.loads(args.child), args.result)
         return
+    from bench_cells import run_once        # our side (imports the simulator)
     if args.vidur is None or not (args.vidur / "vidur").is_dir():
         ap.error("--vidur must name a Vidur checkout (a directory holding vidur/)")
     vidur = str(args.vidur.resolve())
@@ -156,17 +140,20 @@ def main() -> None:
         trace = Path(tmp) / f"{args.stream}.csv"
         n = write_stream(config, trace)
         argv = vidur_args(str(trace), args.max_tokens, str(Path(tmp) / "out"), cache)
-        loop_cmd = [args.vidur_python, str(Path(__file__).resolve()), "--child", json.dumps(argv)]
+        result = Path(tmp) / "vidur_loop.json"
+        loop_cmd = [args.vidur_python, str(Path(__file__).resolve()), "--child", json.dumps(argv),
+                    "--result", str(result)]
+        env = dict(os.environ)
         ours, theirs, whole, batches = [], [], [], None
-        our_loop(config)        # warm-up, not counted: the first run's caches
+        run_once(config, False)         # warm-up, not counted: the first run's caches
         for _ in range(args.repeats):
-            ours.append(our_loop(config))
-            _, out = child_cpu(loop_cmd, vidur)
-            r = json.loads([line for line in out.splitlines() if line.startswith("RESULT ")][-1][7:])
+            ours.append(run_once(config, False)["loop"])
+            child_cpu(loop_cmd, env, vidur)
+            r = json.loads(result.read_text())
             theirs.append(r["loop_s"])
             batches = r["batches"]
             if not args.no_whole:
-                whole.append(child_cpu([args.vidur_python, "-m", "vidur.main"] + argv, vidur)[0])
+                whole.append(child_cpu([args.vidur_python, "-m", "vidur.main"] + argv, env, vidur))
     best_ours, best_theirs = min(ours), min(theirs)
     print(f"{args.stream}: {n} requests; Vidur {batches} batches")
     print(f"  our loop   {best_ours:7.3f} s CPU (best of {args.repeats}; runs {', '.join(f'{x:.3f}' for x in ours)})")
